@@ -1,0 +1,53 @@
+"""Collectors: spawned worker processes stepping envs with the current policy.
+
+Created before anything in the main process touches torch.compile / dynamo,
+so workers start clean (spawn, not fork) and never inherit compiler state.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from tensordict.nn import TensorDictModuleBase
+from torchrl.collectors import BaseCollector, Collector, MultiAsyncCollector
+
+from dreamer.config import Config
+from dreamer.envs import env_factory
+
+
+def resolve_num_workers(cfg: Config) -> int:
+    """Workers = cores minus one for the learner (at least one); 0 = in-process."""
+    if cfg.collector.num_workers is not None:
+        return cfg.collector.num_workers
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+def make_collector(cfg: Config, policy: TensorDictModuleBase, *, random_frames: int) -> BaseCollector:
+    """An endless collector yielding (frames_per_batch,) batches from one env each.
+
+    ``random_frames`` agent steps (summed over workers) use random actions
+    first; 0 on resume.
+    """
+    workers = resolve_num_workers(cfg)
+    c = cfg.collector
+    factories = [
+        env_factory(cfg.env, state_dim=cfg.algo.state_dim, belief_dim=cfg.algo.rssm_hidden_dim,
+                    seed=cfg.seed + 1000 * (i + 1))
+        for i in range(max(workers, 1))
+    ]
+    common = dict(
+        policy=policy,
+        total_frames=-1,
+        init_random_frames=random_frames,
+        policy_device=torch.device(c.device),
+        env_device=torch.device("cpu"),
+        storing_device=torch.device("cpu"),
+    )
+    if workers == 0:
+        return Collector(factories[0], frames_per_batch=c.frames_per_batch, **common)
+    return MultiAsyncCollector(
+        factories,
+        frames_per_batch=[c.frames_per_batch] * workers,
+        **common,
+    )

@@ -1,0 +1,306 @@
+"""Typed, validated configuration: the one source of truth for a run.
+
+The dataclasses below are the schema. Hydra composes YAML from ``conf/`` on top
+of them (YAML only overrides), then :func:`load_config` turns the composed
+``DictConfig`` into these dataclasses and validates every value, raising
+:class:`~dreamer.errors.UserError` with one line that names the key and the
+allowed values.
+
+OmegaConf does not understand ``Literal[...]`` annotations, so the schema
+registered in Hydra's ConfigStore is a mirror of these classes with each
+``Literal`` replaced by ``str`` (:func:`omegaconf_schema`); the choices are
+checked here instead, with better messages than OmegaConf would give.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional, Union, get_args, get_origin
+
+from dreamer.errors import UserError
+
+
+@dataclass
+class EnvConfig:
+    # gymnasium: any registered id (e.g. Pendulum-v1); dm_control: "domain-task"
+    # (e.g. cheetah-run); atari: the ALE game name (e.g. Pong).
+    backend: Literal["gymnasium", "dm_control", "atari"] = "gymnasium"
+    name: str = "Pendulum-v1"
+    from_pixels: bool = False
+    # Size the model sees (learner-side resize target, square).
+    image_size: int = 64
+    # Size frames are stored at (uint8). DMC renders at this size directly;
+    # gymnasium/Atari frames are downsampled to it in the worker (uint8 in,
+    # uint8 out) so a 500x500 render never reaches the replay buffer.
+    render_size: int = 64
+    grayscale: bool = False
+    action_repeat: int = 2
+    # Episode limit in agent steps (after action repeat).
+    max_episode_steps: int = 500
+    # Atari only: probability of repeating the previous action (ALE v5 default).
+    sticky_action_prob: float = 0.25
+
+
+@dataclass
+class AlgoConfig:
+    name: Literal["dreamer_v1"] = "dreamer_v1"
+    state_dim: int = 30
+    rssm_hidden_dim: int = 200
+    hidden_dim: int = 400
+    encoder_channels: int = 32
+    activation: Literal["elu", "relu", "silu", "tanh"] = "elu"
+    world_model_lr: float = 6e-4
+    actor_lr: float = 8e-5
+    value_lr: float = 8e-5
+    adam_eps: float = 1e-7
+    grad_clip: float = 100.0
+    kl_scale: float = 1.0
+    free_nats: float = 3.0
+    gamma: float = 0.99
+    lmbda: float = 0.95
+    imagination_horizon: int = 15
+    exploration_noise: float = 0.3
+
+
+@dataclass
+class CollectorConfig:
+    # Worker processes stepping environments; null = what the cores allow.
+    num_workers: Optional[int] = None
+    # Agent steps each worker returns per batch.
+    frames_per_batch: int = 50
+    # Random-action steps (agent steps, all workers) before the policy acts.
+    init_random_frames: int = 1000
+    # Push learner weights to the workers every K updates.
+    weight_sync_every: int = 10
+    # Device the policy runs on inside workers ("cpu" keeps GPUs for learning).
+    device: str = "cpu"
+
+
+@dataclass
+class BufferConfig:
+    capacity: int = 100_000  # agent steps
+    batch_size: int = 16  # sequences per update
+    batch_length: int = 50  # steps per sequence
+    prefetch: int = 2  # batches sampled ahead in a background thread
+    # Pin host storage for async copies to CUDA; auto = pin iff CUDA is used.
+    pin_memory: Literal["auto", "on", "off"] = "auto"
+
+
+@dataclass
+class CompileConfig:
+    enabled: bool = True
+    backend: Literal["inductor", "aot_eager", "eager"] = "inductor"
+    # torch.compile rejects mode together with options: set one of the two.
+    mode: Optional[Literal["default", "reduce-overhead", "max-autotune"]] = None
+    options: Optional[dict[str, Any]] = field(
+        default_factory=lambda: {"triton.cudagraphs": False}
+    )
+    # Eager-shaped calls run on the compiled losses before the first real update.
+    warmup_iters: int = 2
+
+
+@dataclass
+class LoggerConfig:
+    backend: Literal["csv", "wandb", "none"] = "csv"
+    project: str = "dreamer"
+    # W&B mode: offline needs no account; `wandb sync` uploads later.
+    mode: Literal["offline", "online", "disabled"] = "offline"
+    log_every: int = 50  # updates between metric syncs
+    progress_bar: bool = True
+
+
+@dataclass
+class EvalConfig:
+    every: int = 500  # updates
+    episodes: int = 5
+    video: bool = False
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 1000  # updates; the final checkpoint is always written
+    keep: int = 2
+
+
+@dataclass
+class TrainConfig:
+    total_frames: int = 40_000  # env frames (agent steps x action repeat)
+    # Replayed steps per agent step: updates/step = ratio / (batch_size*batch_length).
+    train_ratio: float = 100.0
+
+
+@dataclass
+class Config:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    collector: CollectorConfig = field(default_factory=CollectorConfig)
+    buffer: BufferConfig = field(default_factory=BufferConfig)
+    compile: CompileConfig = field(default_factory=CompileConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    # Intra-op threads for the learner; null = cores left after the workers.
+    threads: Optional[int] = None
+    # Mixed precision for the learner; auto = bf16 only where the device runs
+    # it natively (CUDA with bf16 support). fp16 is not offered: its GradScaler
+    # syncs with the host every step.
+    autocast: Literal["auto", "off", "bf16"] = "auto"
+    # A run directory to continue from (its newest checkpoint and config).
+    resume: Optional[str] = None
+    experiment: str = "default"
+
+
+# Fields that must be > 0 (dotted paths); a zero batch or image size is a typo.
+_POSITIVE = [
+    "env.image_size", "env.render_size", "env.action_repeat", "env.max_episode_steps",
+    "algo.state_dim", "algo.rssm_hidden_dim", "algo.hidden_dim",
+    "algo.encoder_channels", "algo.world_model_lr", "algo.actor_lr", "algo.value_lr",
+    "algo.grad_clip", "algo.imagination_horizon",
+    "collector.frames_per_batch", "collector.weight_sync_every",
+    "buffer.capacity", "buffer.batch_size", "buffer.batch_length",
+    "logger.log_every", "eval.every", "eval.episodes", "checkpoint.every",
+    "checkpoint.keep", "train.total_frames", "train.train_ratio",
+]
+_NON_NEGATIVE = [
+    "collector.init_random_frames", "buffer.prefetch", "compile.warmup_iters",
+    "algo.free_nats", "algo.exploration_noise",
+]
+
+
+def _strip_literals(tp: Any) -> Any:
+    """The OmegaConf-compatible twin of a type: Literal[...] -> str."""
+    if get_origin(tp) is Literal:
+        return str
+    if get_origin(tp) is Union:
+        return Optional[_strip_literals(next(a for a in get_args(tp) if a is not type(None)))]
+    if dataclasses.is_dataclass(tp):
+        return omegaconf_schema(tp)
+    return tp
+
+
+_SCHEMAS: dict[type, type] = {}
+
+
+def omegaconf_schema(cls: type) -> type:
+    """A dataclass mirroring ``cls`` that OmegaConf accepts (for the ConfigStore)."""
+    if cls in _SCHEMAS:
+        return _SCHEMAS[cls]
+    hints = typing.get_type_hints(cls)
+    fields = []
+    for f in dataclasses.fields(cls):
+        default = (
+            field(default=f.default)
+            if f.default is not dataclasses.MISSING
+            else field(default_factory=f.default_factory)
+        )
+        if dataclasses.is_dataclass(hints[f.name]):
+            default = field(default_factory=omegaconf_schema(hints[f.name]))
+        fields.append((f.name, _strip_literals(hints[f.name]), default))
+    schema = dataclasses.make_dataclass(cls.__name__ + "Schema", fields)
+    _SCHEMAS[cls] = schema
+    return schema
+
+
+def register_configs() -> None:
+    """Register the schema so conf/config.yaml can use it as its base."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="dreamer_schema", node=omegaconf_schema(Config))
+
+
+def _check_value(path: str, tp: Any, value: Any) -> None:
+    origin = get_origin(tp)
+    if origin is Union:
+        if value is None:
+            return
+        tp = next(a for a in get_args(tp) if a is not type(None))
+        origin = get_origin(tp)
+    if origin is Literal:
+        allowed = get_args(tp)
+        if value not in allowed:
+            shown = ", ".join("null" if a is None else str(a) for a in allowed)
+            raise UserError(f"{path}={value!r} is not allowed; choose one of: {shown}")
+
+
+def _build(cls: type, data: dict, prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise UserError(
+            f"unknown config key {prefix}{unknown[0]}; known keys here: {', '.join(sorted(names))}"
+        )
+    kwargs = {}
+    for name in names & set(data):
+        tp, value = hints[name], data[name]
+        path = prefix + name
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = _build(tp, value or {}, path + ".")
+        else:
+            _check_value(path, tp, value)
+            kwargs[name] = value
+    return cls(**kwargs)
+
+
+def get_path(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def validate(cfg: Config) -> Config:
+    """Cross-field checks; each failure is one line saying what to change."""
+    for path in _POSITIVE:
+        if get_path(cfg, path) <= 0:
+            raise UserError(f"{path}={get_path(cfg, path)} must be > 0")
+    for path in _NON_NEGATIVE:
+        if get_path(cfg, path) < 0:
+            raise UserError(f"{path}={get_path(cfg, path)} must be >= 0")
+    if cfg.compile.mode is not None and cfg.compile.options:
+        raise UserError(
+            f"compile.mode={cfg.compile.mode} and compile.options are both set; torch.compile "
+            "accepts only one: add compile.options=null or compile.mode=null"
+        )
+    if cfg.collector.num_workers is not None and cfg.collector.num_workers < 0:
+        raise UserError(f"collector.num_workers={cfg.collector.num_workers} must be >= 0")
+    if cfg.buffer.batch_length > cfg.env.max_episode_steps:
+        raise UserError(
+            f"buffer.batch_length={cfg.buffer.batch_length} is longer than "
+            f"env.max_episode_steps={cfg.env.max_episode_steps}: shorten the sequences"
+        )
+    if cfg.buffer.batch_length > cfg.buffer.capacity:
+        raise UserError("buffer.capacity must hold at least one sequence (batch_length steps)")
+    if cfg.env.backend == "atari" and not cfg.env.from_pixels:
+        raise UserError("env.backend=atari needs env.from_pixels=true (RAM states are not supported)")
+    if cfg.env.render_size < cfg.env.image_size and cfg.env.from_pixels:
+        raise UserError(
+            f"env.render_size={cfg.env.render_size} is smaller than env.image_size="
+            f"{cfg.env.image_size}: store frames at least as large as the model input"
+        )
+    if cfg.env.from_pixels and cfg.env.image_size != 64:
+        raise UserError(
+            f"env.image_size={cfg.env.image_size}: Dreamer V1's conv encoder/decoder are "
+            "built for 64x64 frames; set env.image_size=64"
+        )
+    if not (cfg.device in ("auto", "cpu") or cfg.device.startswith("cuda")):
+        raise UserError(f"device={cfg.device!r} is not allowed; choose auto, cpu, cuda or cuda:N")
+    return cfg
+
+
+def load_config(dict_cfg: Any) -> Config:
+    """Composed Hydra/OmegaConf config (or a plain dict) -> validated Config."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(dict_cfg, DictConfig):
+        dict_cfg = OmegaConf.to_container(dict_cfg, resolve=True)
+    dict_cfg = {k: v for k, v in dict_cfg.items() if k != "hydra"}
+    return validate(_build(Config, dict_cfg, ""))
+
+
+def to_dict(cfg: Config) -> dict:
+    return dataclasses.asdict(cfg)

@@ -1,0 +1,252 @@
+"""Dreamer V1 networks, assembled from TorchRL modules with explicit keys.
+
+One set of ``nn.Module`` weights, wired four ways:
+- ``world_model``: encoder -> RSSM rollout over (B, T) -> decoder, plus the
+  reward head (what :class:`~torchrl.objectives.DreamerModelLoss` trains);
+- ``model_based_env``: the prior + reward head as an imagination env;
+- ``actor`` / ``value``: heads on (state, belief), for imagination;
+- ``policy(explore)``: what the collector and evaluator run on real frames:
+  encoder -> posterior -> actor -> [noise] -> prior (next belief).
+
+Key layout (B = batch, T = time):
+  ("next", obs)        (B, T, 3, 64, 64) float | (B, T, 1, 1, D) float
+  action               (B, T, A)
+  state, belief        (B, T, S), (B, T, H)  zeros in, posterior out
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tensordict.nn import (
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+    TensorDictSequential,
+)
+from torch import nn
+from torchrl.envs import DreamerEnv, EnvBase
+from torchrl.modules import (
+    MLP,
+    AdditiveGaussianModule,
+    DreamerActor,
+    EGreedyModule,
+    ObsDecoder,
+    ObsEncoder,
+    OneHotCategorical,
+    RSSMPosterior,
+    RSSMPrior,
+    RSSMRollout,
+    TanhNormal,
+    WorldModelWrapper,
+)
+from torchrl.modules.distributions import ReparamGradientStrategy
+
+from dreamer.config import Config
+from dreamer.envs import PIXELS_KEY, is_discrete, observation_key
+from dreamer.transforms import PixelPreprocess
+
+ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "silu": nn.SiLU, "tanh": nn.Tanh}
+
+
+class VectorDecoder(nn.Module):
+    """(state, belief) -> (…, 1, 1, D): the vector twin of ObsDecoder's image output."""
+
+    def __init__(self, mlp: nn.Module):
+        super().__init__()
+        self.mlp = mlp
+
+    def forward(self, state: torch.Tensor, belief: torch.Tensor) -> torch.Tensor:
+        return self.mlp(state, belief).unsqueeze(-2).unsqueeze(-2)
+
+
+@dataclass
+class DreamerV1Models:
+    world_model: WorldModelWrapper
+    model_based_env: DreamerEnv
+    actor: ProbabilisticTensorDictSequential
+    value: TensorDictModule
+    modules: nn.ModuleDict  # every trainable weight, by role (for optimisers/checkpoints)
+    obs_key: str
+    discrete: bool
+    exploration: TensorDictModule
+
+    def policy(self, explore: bool) -> TensorDictSequential:
+        """Acting on real observations; carries the belief to the next step."""
+        m = self.modules
+        obs_in = self.obs_key
+        encoder = m["encoder"]
+        if self.obs_key == PIXELS_KEY:
+            # Preprocess fused with the encoder: no float frame ever lands in the
+            # collector's tensordict (it would be copied with every batch).
+            encoder = nn.Sequential(m["preprocess"], m["encoder"])
+        steps = [
+            TensorDictModule(encoder, in_keys=[obs_in], out_keys=["_embedding"]),
+            TensorDictModule(
+                m["posterior"],
+                in_keys=["belief", "_embedding"],
+                out_keys=["_posterior_mean", "_posterior_std", "state"],
+            ),
+            self.actor,
+        ]
+        if explore:
+            steps.append(self.exploration)
+        steps.append(
+            TensorDictModule(
+                m["prior"],
+                in_keys=["state", "belief", "action"],
+                out_keys=["_prior_mean", "_prior_std", "_prior_state", ("next", "belief")],
+            )
+        )
+        return TensorDictSequential(*steps)
+
+
+def _action_bounds(env: EnvBase) -> tuple[torch.Tensor, torch.Tensor]:
+    spec = env.action_spec_unbatched
+    return spec.space.low.float(), spec.space.high.float()
+
+
+def build_models(cfg: Config, env: EnvBase, device: torch.device) -> DreamerV1Models:
+    """Networks sized from ``cfg.algo`` and the env's specs, on ``device``."""
+    a = cfg.algo
+    act = ACTIVATIONS[a.activation]
+    obs_key = observation_key(cfg.env)
+    discrete = is_discrete(env)
+    action_spec = env.action_spec_unbatched.to(device)
+    action_dim = action_spec.shape[-1]
+    latent = a.state_dim + a.rssm_hidden_dim
+
+    modules = nn.ModuleDict()
+    if obs_key == PIXELS_KEY:
+        pre = PixelPreprocess(cfg.env.image_size, cfg.env.grayscale).to(device)
+        modules["preprocess"] = pre
+        modules["encoder"] = ObsEncoder(
+            channels=a.encoder_channels, in_channels=pre.out_channels, device=device
+        )
+        with torch.no_grad():
+            probe = torch.zeros(1, pre.out_channels, cfg.env.image_size, cfg.env.image_size, device=device)
+            embed_dim = modules["encoder"](probe).shape[-1]
+        modules["decoder"] = ObsDecoder(
+            channels=a.encoder_channels, latent_dim=latent, out_channels=pre.out_channels, device=device
+        )
+        wm_encoder, wm_decoder = modules["encoder"], modules["decoder"]
+    else:
+        obs_dim = env.observation_spec[obs_key].shape[-1]
+        embed_dim = a.hidden_dim
+        modules["encoder"] = MLP(
+            in_features=obs_dim, out_features=embed_dim, depth=2, num_cells=a.hidden_dim,
+            activation_class=act, device=device,
+        )
+        modules["decoder"] = VectorDecoder(
+            MLP(in_features=latent, out_features=obs_dim, depth=2, num_cells=a.hidden_dim,
+                activation_class=act, device=device)
+        )
+        # The learner stores vectors as (…, 1, 1, D); see transforms.VectorAsImage.
+        wm_encoder = nn.Sequential(nn.Flatten(-3), modules["encoder"])
+        wm_decoder = modules["decoder"]
+
+    modules["prior"] = RSSMPrior(
+        action_spec=action_spec, hidden_dim=a.rssm_hidden_dim, rnn_hidden_dim=a.rssm_hidden_dim,
+        state_dim=a.state_dim, action_dim=action_dim, device=device,
+    )
+    modules["posterior"] = RSSMPosterior(
+        hidden_dim=a.rssm_hidden_dim, state_dim=a.state_dim, rnn_hidden_dim=a.rssm_hidden_dim,
+        obs_embed_dim=embed_dim, device=device,
+    )
+    modules["reward"] = MLP(
+        in_features=latent, out_features=1, depth=2, num_cells=a.hidden_dim,
+        activation_class=act, device=device,
+    )
+    modules["value"] = MLP(
+        in_features=latent, out_features=1, depth=3, num_cells=a.hidden_dim,
+        activation_class=act, device=device,
+    )
+
+    if discrete:
+        modules["actor"] = MLP(
+            in_features=latent, out_features=action_dim, depth=3, num_cells=a.hidden_dim,
+            activation_class=act, device=device,
+        )
+        actor = ProbabilisticTensorDictSequential(
+            TensorDictModule(modules["actor"], in_keys=["state", "belief"], out_keys=["logits"]),
+            ProbabilisticTensorDictModule(
+                in_keys=["logits"], out_keys=["action"],
+                distribution_class=OneHotCategorical,
+                # Straight-through gradients through the sampled one-hot action.
+                distribution_kwargs={"grad_method": ReparamGradientStrategy.PassThrough},
+            ),
+        )
+        exploration = EGreedyModule(
+            action_spec, eps_init=a.exploration_noise, eps_end=a.exploration_noise,
+            annealing_num_steps=1,
+        )
+    else:
+        modules["actor"] = DreamerActor(
+            out_features=action_dim, depth=3, num_cells=a.hidden_dim,
+            activation_class=act, device=device,
+        )
+        low, high = _action_bounds(env)
+        actor = ProbabilisticTensorDictSequential(
+            TensorDictModule(modules["actor"], in_keys=["state", "belief"], out_keys=["loc", "scale"]),
+            ProbabilisticTensorDictModule(
+                in_keys=["loc", "scale"], out_keys=["action"],
+                distribution_class=TanhNormal,
+                # The env's own bounds: a [-1, 1] squash would use half of
+                # Pendulum's torque range.
+                distribution_kwargs={"low": low.to(device), "high": high.to(device), "tanh_loc": True},
+            ),
+        )
+        exploration = AdditiveGaussianModule(
+            spec=action_spec, sigma_init=1.0, sigma_end=1.0, annealing_num_steps=1, mean=0.0,
+            std=a.exploration_noise * float((high - low).mean() / 2), device=device,
+        )
+    # DreamerActor builds its first layer lazily; materialise it before
+    # optimisers, compile and checkpoints see the parameters.
+    with torch.no_grad():
+        modules["actor"](torch.zeros(1, a.state_dim, device=device), torch.zeros(1, a.rssm_hidden_dim, device=device))
+
+    rollout = RSSMRollout(
+        TensorDictModule(
+            modules["prior"], in_keys=["state", "belief", "action"],
+            out_keys=[("next", "prior_mean"), ("next", "prior_std"), "_", ("next", "belief")],
+        ),
+        TensorDictModule(
+            modules["posterior"], in_keys=[("next", "belief"), ("next", "encoded_latents")],
+            out_keys=[("next", "posterior_mean"), ("next", "posterior_std"), ("next", "state")],
+        ),
+    )
+    world_model = WorldModelWrapper(
+        TensorDictSequential(
+            TensorDictModule(wm_encoder, in_keys=[("next", obs_key)], out_keys=[("next", "encoded_latents")]),
+            rollout,
+            TensorDictModule(
+                wm_decoder, in_keys=[("next", "state"), ("next", "belief")],
+                out_keys=[("next", "reco_" + obs_key)],
+            ),
+        ),
+        TensorDictModule(
+            modules["reward"], in_keys=[("next", "state"), ("next", "belief")], out_keys=[("next", "reward")]
+        ),
+    )
+
+    model_based_env = DreamerEnv(
+        world_model=WorldModelWrapper(
+            TensorDictModule(
+                modules["prior"], in_keys=["state", "belief", "action"],
+                out_keys=["_", "_", "state", "belief"],
+            ),
+            TensorDictModule(modules["reward"], in_keys=["state", "belief"], out_keys=["reward"]),
+        ),
+        prior_shape=torch.Size([a.state_dim]),
+        belief_shape=torch.Size([a.rssm_hidden_dim]),
+        device=device,
+    )
+    model_based_env.set_specs_from_env(env)
+    model_based_env = model_based_env.to(device)
+
+    value = TensorDictModule(modules["value"], in_keys=["state", "belief"], out_keys=["state_value"])
+    return DreamerV1Models(
+        world_model=world_model, model_based_env=model_based_env, actor=actor, value=value,
+        modules=modules, obs_key=obs_key, discrete=discrete, exploration=exploration,
+    )

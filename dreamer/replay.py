@@ -1,0 +1,106 @@
+"""Replay buffer: uint8 steps in (pinned) host storage, sequences out on the learner device.
+
+Write: the collector batch, reduced to the keys the learner reads (a view, no
+copy), goes into the storage slice through ``torchrl_ext.SliceCursorWriter``
+(one direct stack / copy). Each frame is stored once: ``("next", obs)`` only,
+never the root observation that duplicates it.
+
+Sample: ``SliceSampler`` draws ``batch_size`` sequences of ``batch_length``
+steps inside single trajectories; a background thread prefetches them and
+casts them to the learner's device (non-blocking from pinned memory).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import psutil
+import torch
+from tensordict import TensorDictBase
+from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
+
+from dreamer.config import Config
+from dreamer.errors import UserError
+from torchrl_ext import PinnedLazyTensorStorage, SliceCursorWriter
+
+TRAJ_KEY = ("collector", "traj_ids")
+
+
+def stored_keys(obs_key: str) -> list:
+    return [
+        ("next", obs_key),
+        "action",
+        ("next", "reward"),
+        ("next", "done"),
+        ("next", "terminated"),
+        ("next", "truncated"),
+        TRAJ_KEY,
+        "step_count",
+    ]
+
+
+def use_pinned_memory(cfg: Config, device: torch.device) -> bool:
+    choice = cfg.buffer.pin_memory
+    if choice == "on" and not torch.cuda.is_available():
+        raise UserError("buffer.pin_memory=on needs CUDA; use buffer.pin_memory=auto or off")
+    return choice == "on" or (choice == "auto" and device.type == "cuda")
+
+
+def _to_device(batch: TensorDictBase, device: torch.device, pin: bool) -> TensorDictBase:
+    # Runs in the prefetch thread: the gather result is pageable, so pin it
+    # there (off the learner's path) to make the copy truly asynchronous.
+    if pin:
+        batch = batch.pin_memory()
+    return batch.to(device, non_blocking=pin)
+
+
+def make_replay_buffer(cfg: Config, device: torch.device) -> TensorDictReplayBuffer:
+    b = cfg.buffer
+    pin = use_pinned_memory(cfg, device)
+    storage = (
+        PinnedLazyTensorStorage(b.capacity, pin_memory=True) if pin else LazyTensorStorage(b.capacity)
+    )
+    sampler = SliceSampler(
+        slice_len=b.batch_length,
+        traj_key=TRAJ_KEY,
+        strict_length=True,  # only whole sequences: the learner reshapes to (B, T)
+        cache_values=False,
+    )
+    transform = None
+    if device.type != "cpu":
+        transform = functools.partial(_to_device, device=device, pin=pin)
+    return TensorDictReplayBuffer(
+        storage=storage,
+        sampler=sampler,
+        writer=SliceCursorWriter(),
+        batch_size=b.batch_size * b.batch_length,
+        prefetch=b.prefetch or None,
+        transform=transform,
+    )
+
+
+def write(buffer: TensorDictReplayBuffer, batch: TensorDictBase, obs_key: str) -> int:
+    """Store a collector batch (any leading shape); returns the steps written."""
+    steps = batch.select(*stored_keys(obs_key), strict=False)
+    if steps.ndim > 1:
+        steps = steps.reshape(-1)
+    buffer.extend(steps)
+    return steps.shape[0]
+
+
+def bytes_per_step(step: TensorDictBase, obs_key: str) -> int:
+    kept = step.select(*stored_keys(obs_key), strict=False)
+    return sum(t.element_size() * t.numel() for t in kept.values(True, True))
+
+
+def check_capacity(cfg: Config, step_bytes: int) -> int:
+    """Refuse a buffer that cannot fit in free RAM; returns the bytes it will use."""
+    need = cfg.buffer.capacity * step_bytes
+    free = psutil.virtual_memory().available
+    if need > 0.8 * free:
+        fit = int(0.8 * free / step_bytes)
+        raise UserError(
+            f"buffer.capacity={cfg.buffer.capacity} needs {need / 2**30:.1f} GiB but only "
+            f"{free / 2**30:.1f} GiB is free: set buffer.capacity<={fit}"
+        )
+    return need

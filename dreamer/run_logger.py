@@ -1,0 +1,67 @@
+"""Run outputs: TorchRL logger (W&B or CSV), metrics.jsonl, videos, summary.json.
+
+Everything lands in the run directory (Hydra's output dir), so a run is one
+folder: config, metrics, checkpoints, videos, summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from torchrl.record.loggers import Logger, get_logger
+
+from dreamer.config import Config, to_dict
+
+
+class RunLogger:
+    def __init__(self, cfg: Config, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.logger: Logger | None = None
+        name = f"{cfg.experiment}-{cfg.env.name}-s{cfg.seed}"
+        if cfg.logger.backend == "wandb":
+            self.logger = get_logger(
+                "wandb", logger_name=str(self.run_dir), experiment_name=name,
+                offline=cfg.logger.mode == "offline", project=cfg.logger.project,
+                mode=cfg.logger.mode, config=to_dict(cfg),
+            )
+        elif cfg.logger.backend == "csv":
+            self.logger = get_logger("csv", logger_name=str(self.run_dir), experiment_name="csv")
+
+    def log(self, record: dict) -> None:
+        """One line of metrics.jsonl (frames and updates always present)."""
+        with open(self.metrics_path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.logger is not None:
+            step = record["frames"]
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key != "frames":
+                    self.logger.log_scalar(key, value, step=step)
+
+    def log_video(self, frames: torch.Tensor, tag: str, frames_seen: int, fps: int = 15) -> Path:
+        """(T, H, W, C) uint8 -> videos/<tag>_<frames>.mp4 (and W&B when used)."""
+        import imageio
+
+        path = self.run_dir / "videos" / f"{tag}_{frames_seen:010d}.mp4"
+        path.parent.mkdir(exist_ok=True)
+        imageio.mimwrite(path, frames.numpy(), fps=fps, macro_block_size=1)
+        if self.logger is not None and self.logger.__class__.__name__ == "WandbLogger":
+            import wandb
+
+            self.logger.experiment.log({tag: wandb.Video(str(path), format="mp4")}, step=frames_seen)
+        return path
+
+    def write_summary(self, summary: dict) -> None:
+        tmp = self.run_dir / ".summary.json.tmp"
+        tmp.write_text(json.dumps(summary, indent=2))
+        os.replace(tmp, self.run_dir / "summary.json")
+
+    def close(self) -> None:
+        if self.logger is not None and hasattr(self.logger, "experiment"):
+            finish = getattr(self.logger.experiment, "finish", None)
+            if callable(finish):
+                finish()

@@ -1,0 +1,237 @@
+"""The train loop, top to bottom: collect -> store -> update -> maybe sync / log / eval / checkpoint."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import tqdm
+
+from dreamer import checkpoint as ckpt
+from dreamer.cadence import Every, Ratio
+from dreamer.collectors import make_collector, resolve_num_workers
+from dreamer.config import Config, load_config, to_dict
+from dreamer.envs import check_env, make_env
+from dreamer.evaluation import EvalResult, evaluate
+from dreamer.learner import DreamerV1Learner
+from dreamer.models import build_models
+from dreamer.replay import bytes_per_step, check_capacity, make_replay_buffer, write
+from dreamer.resources import resolve_autocast, resolve_device, resolve_threads
+from dreamer.run_logger import RunLogger
+
+log = logging.getLogger("dreamer")
+
+# Keys a resumed run may change; everything else comes from the saved config.
+RESUME_OVERRIDABLE = ("train.total_frames", "logger", "eval", "checkpoint", "resume")
+
+
+@dataclass
+class Counters:
+    frames: int = 0  # env frames (agent steps x action repeat)
+    steps: int = 0  # agent steps stored
+    updates: int = 0
+    timers: dict = field(default_factory=lambda: {"random_phase_s": 0.0, "compile_warmup_s": 0.0, "eval_s": 0.0})
+
+
+def _resume_config(saved: dict, requested: Config) -> Config:
+    """The saved config, with the allow-listed keys taken from this invocation."""
+    merged = dict(saved)
+    current = to_dict(requested)
+    for key in RESUME_OVERRIDABLE:
+        section, _, leaf = key.partition(".")
+        if leaf:
+            merged[section] = {**merged[section], leaf: current[section][leaf]}
+        else:
+            merged[section] = current[section]
+    return load_config(merged)
+
+
+class Trainer:
+    def __init__(self, cfg: Config, run_dir: Path):
+        self.resumed_state = None
+        if cfg.resume:
+            run_dir = Path(cfg.resume)
+            self.resumed_state = ckpt.load_latest(run_dir)
+            cfg = _resume_config(self.resumed_state["config"], cfg)
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        check_env(cfg.env)  # a bad env name fails here, in one line, not in a worker
+
+        self.device = resolve_device(cfg)
+        workers = resolve_num_workers(cfg)
+        torch.set_num_threads(resolve_threads(cfg, workers))
+        torch.manual_seed(cfg.seed)
+        autocast = resolve_autocast(cfg, self.device)
+        log.info(
+            "device=%s workers=%d learner_threads=%d autocast=%s", self.device, workers,
+            torch.get_num_threads(), autocast,
+        )
+
+        a = cfg.algo
+        proof_env = make_env(cfg.env, state_dim=a.state_dim, belief_dim=a.rssm_hidden_dim, seed=cfg.seed)
+        self.models = build_models(cfg, proof_env, self.device)
+        step_bytes = bytes_per_step(proof_env.rollout(1), self.models.obs_key)
+        proof_env.close()
+        need = check_capacity(cfg, step_bytes)
+        log.info("replay: %d steps x %d bytes = %.2f GiB", cfg.buffer.capacity, step_bytes, need / 2**30)
+
+        self.counters = Counters()
+        random_frames = cfg.collector.init_random_frames
+        if self.resumed_state is not None:
+            random_frames = 0  # the policy is trained already
+        # Collectors first: workers are spawned before any compile state exists.
+        self.collector = make_collector(cfg, self.models.policy(explore=True), random_frames=random_frames)
+
+        self.learner = DreamerV1Learner(cfg, self.models, self.device, autocast)
+        self.replay = make_replay_buffer(cfg, self.device)
+        self.learner.compile()
+        self.eval_env = make_env(
+            cfg.env, state_dim=a.state_dim, belief_dim=a.rssm_hidden_dim,
+            seed=cfg.seed + 10**6, record_pixels=cfg.eval.video,
+        )
+        self.eval_policy = self.models.policy(explore=False)
+
+        updates_per_step = cfg.train.train_ratio / (cfg.buffer.batch_size * cfg.buffer.batch_length)
+        self.ratio = Ratio(updates_per_step)
+        self.sync_weights = Every(cfg.collector.weight_sync_every)
+        self.log_due = Every(cfg.logger.log_every)
+        self.eval_due = Every(cfg.eval.every)
+        self.checkpoint_due = Every(cfg.checkpoint.every)
+        self.logger = RunLogger(cfg, self.run_dir)
+        self.last_eval: EvalResult | None = None
+        self.warm = False
+        if self.resumed_state is not None:
+            self._restore(self.resumed_state)
+        (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+
+    # -- state ----------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "config": to_dict(self.cfg),
+            "counters": {"frames": self.counters.frames, "steps": self.counters.steps,
+                         "updates": self.counters.updates},
+            "learner": self.learner.state_dict(),
+            "cadence": {name: getattr(self, name).state_dict() for name in
+                        ("ratio", "sync_weights", "log_due", "eval_due", "checkpoint_due")},
+            "rng": ckpt.rng_state(),
+        }
+
+    def _restore(self, state: dict) -> None:
+        c = state["counters"]
+        self.counters.frames, self.counters.steps, self.counters.updates = c["frames"], c["steps"], c["updates"]
+        self.learner.load_state_dict(state["learner"])
+        for name, sub in state["cadence"].items():
+            getattr(self, name).load_state_dict(sub)
+        ckpt.set_rng_state(state["rng"])
+        log.info("resumed from %s at frames=%d updates=%d", self.run_dir, c["frames"], c["updates"])
+
+    def save(self) -> Path:
+        return ckpt.save_checkpoint(self.run_dir, self.state_dict(), self.counters.updates, self.cfg.checkpoint.keep)
+
+    # -- phases ---------------------------------------------------------------
+    def _ready_to_learn(self) -> bool:
+        b = self.cfg.buffer
+        needed = b.batch_size * b.batch_length
+        if self.resumed_state is None:
+            needed = max(needed, self.cfg.collector.init_random_frames)
+        return len(self.replay) >= needed
+
+    def _warm_up(self) -> None:
+        """Compile and warm the learner on real data before the first update."""
+        seconds = self.learner.warmup(self.replay.sample())
+        self.counters.timers["compile_warmup_s"] = seconds
+        log.info("compile warm-up: %.1f s", seconds)
+        self.warm = True
+
+    def _evaluate(self) -> None:
+        start = time.perf_counter()
+        c = self.cfg
+        result = evaluate(
+            self.eval_env, self.eval_policy, episodes=c.eval.episodes,
+            max_steps=c.env.max_episode_steps, record=c.eval.video,
+        )
+        self.last_eval = result
+        record = {"frames": self.counters.frames, "updates": self.counters.updates,
+                  "eval_return_mean": result.mean, "eval_return_std": result.std,
+                  "eval_episodes": len(result.returns)}
+        self.logger.log(record)
+        if result.frames is not None:
+            self.logger.log_video(result.frames, "eval_video", self.counters.frames)
+        self.counters.timers["eval_s"] += time.perf_counter() - start
+
+    def _log(self, since: float, updates0: int, frames0: int) -> None:
+        elapsed = max(time.perf_counter() - since - self.counters.timers["eval_s"], 1e-9)
+        record = {"frames": self.counters.frames, "updates": self.counters.updates}
+        record.update(self.learner.flush_metrics())  # the one host sync of this interval
+        record["updates_per_s"] = (self.counters.updates - updates0) / elapsed
+        record["frames_per_s"] = (self.counters.frames - frames0) / elapsed
+        self.logger.log(record)
+
+    # -- loop -----------------------------------------------------------------
+    def run(self) -> dict:
+        cfg, n = self.cfg, self.counters
+        start = time.perf_counter()
+        obs_key = self.models.obs_key
+        bar = tqdm.tqdm(total=cfg.train.total_frames, initial=n.frames, unit="frame",
+                        disable=not cfg.logger.progress_bar, dynamic_ncols=True)
+        steady_start, updates0, frames0 = None, n.updates, n.frames
+        try:
+            for batch in self.collector:
+                steps = write(self.replay, batch, obs_key)
+                n.steps += steps
+                n.frames += steps * cfg.env.action_repeat
+                bar.update(steps * cfg.env.action_repeat)
+                if not self._ready_to_learn():
+                    continue
+                if not self.warm:
+                    n.timers["random_phase_s"] = time.perf_counter() - start
+                    self._warm_up()
+                    self.ratio.owed(0)
+                    steady_start, updates0, frames0 = time.perf_counter(), n.updates, n.frames
+                    n.timers["eval_s"] = 0.0
+                for _ in range(self.ratio.owed(steps)):
+                    self.learner.update(self.replay.sample())
+                    n.updates += 1
+                    if self.sync_weights(n.updates):
+                        self.collector.update_policy_weights_()
+                    if self.log_due(n.updates):
+                        self._log(steady_start, updates0, frames0)
+                    if self.eval_due(n.updates):
+                        self._evaluate()
+                    if self.checkpoint_due(n.updates):
+                        self.save()
+                if self.last_eval is not None:
+                    bar.set_postfix(updates=n.updates, eval=f"{self.last_eval.mean:.1f}", refresh=False)
+                else:
+                    bar.set_postfix(updates=n.updates, refresh=False)
+                if n.frames >= cfg.train.total_frames:
+                    break
+        finally:
+            bar.close()
+            self.collector.shutdown()
+        if steady_start is None:
+            steady_start = time.perf_counter()
+        steady = max(time.perf_counter() - steady_start - n.timers["eval_s"], 1e-9)
+        self._evaluate()
+        self.save()
+        summary = {
+            "frames": n.frames,
+            "updates": n.updates,
+            "wall_s": time.perf_counter() - start,
+            "updates_per_s": (n.updates - updates0) / steady,
+            "frames_per_s": (n.frames - frames0) / steady,
+            "eval_return_mean": self.last_eval.mean,
+            "eval_return_std": self.last_eval.std,
+            "eval_episodes": len(self.last_eval.returns),
+            **{k: v for k, v in n.timers.items()},
+        }
+        self.logger.write_summary(summary)
+        self.logger.close()
+        return summary
+
+
+def train(cfg: Config, run_dir: Path) -> dict:
+    return Trainer(cfg, run_dir).run()

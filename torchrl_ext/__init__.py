@@ -1,0 +1,8 @@
+"""Small extensions of TorchRL that upstream lacks, each written to be sent upstream.
+
+Nothing here imports ``dreamer``.
+"""
+
+from torchrl_ext.replay import PinnedLazyTensorStorage, SliceCursorWriter
+
+__all__ = ["PinnedLazyTensorStorage", "SliceCursorWriter"]
