@@ -23,7 +23,9 @@ def resolve_num_workers(cfg: Config) -> int:
     return max(1, (os.cpu_count() or 1) - 1)
 
 
-def make_collector(cfg: Config, policy: TensorDictModuleBase, *, random_frames: int) -> BaseCollector:
+def make_collector(
+    cfg: Config, policy: TensorDictModuleBase, *, random_frames: int, learner_threads: int
+) -> BaseCollector:
     """An endless collector yielding (frames_per_batch,) batches from one env each.
 
     ``random_frames`` agent steps (summed over workers) use random actions
@@ -49,5 +51,8 @@ def make_collector(cfg: Config, policy: TensorDictModuleBase, *, random_frames: 
     return MultiAsyncCollector(
         factories,
         frames_per_batch=[c.frames_per_batch] * workers,
+        # Without this torchrl resets the main process to (threads - workers).
+        num_threads=learner_threads,
+        num_sub_threads=1,
         **common,
     )

@@ -62,6 +62,9 @@ class AlgoConfig:
     lmbda: float = 0.95
     imagination_horizon: int = 15
     exploration_noise: float = 0.3
+    # Rewards the learner sees are multiplied by this (reported returns are not).
+    # Dreamer's learning rates assume O(1) rewards, as in DMC; Pendulum's reach -16.
+    reward_scale: float = 1.0
 
 
 @dataclass
@@ -160,7 +163,7 @@ _POSITIVE = [
     "env.image_size", "env.render_size", "env.action_repeat", "env.max_episode_steps",
     "algo.state_dim", "algo.rssm_hidden_dim", "algo.hidden_dim",
     "algo.encoder_channels", "algo.world_model_lr", "algo.actor_lr", "algo.value_lr",
-    "algo.grad_clip", "algo.imagination_horizon",
+    "algo.grad_clip", "algo.imagination_horizon", "algo.reward_scale",
     "collector.frames_per_batch", "collector.weight_sync_every",
     "buffer.capacity", "buffer.batch_size", "buffer.batch_length",
     "logger.log_every", "eval.every", "eval.episodes", "checkpoint.every",

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from tensordict import TensorDictBase
 from torchrl.data import Bounded, Unbounded
 from torchrl.envs import (
+    CatTensors,
     Compose,
     DoubleToFloat,
     EnvBase,
@@ -123,9 +124,14 @@ def _require(module: str, extra_hint: str) -> None:
         raise UserError(f"{module} is not installed ({err}); {extra_hint}") from None
 
 
-def _base_env(env_cfg: EnvConfig, device: torch.device, pixels: bool) -> EnvBase:
+def _base_env(env_cfg: EnvConfig, device: torch.device, pixels: bool, pixels_only: bool) -> EnvBase:
     if env_cfg.backend == "gymnasium":
         import gymnasium
+
+        if pixels:
+            # Classic control renders through pygame/SDL: no display, no audio here.
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+            os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
         from torchrl.envs import GymEnv
 
         if env_cfg.name not in gymnasium.registry:
@@ -133,7 +139,7 @@ def _base_env(env_cfg: EnvConfig, device: torch.device, pixels: bool) -> EnvBase
         return GymEnv(
             env_cfg.name,
             from_pixels=pixels,
-            pixels_only=pixels,
+            pixels_only=pixels_only,
             frame_skip=env_cfg.action_repeat,
             device=device,
         )
@@ -152,7 +158,7 @@ def _base_env(env_cfg: EnvConfig, device: torch.device, pixels: bool) -> EnvBase
         return DMControlWrapper(
             suite.load(domain, task),
             from_pixels=pixels,
-            pixels_only=pixels,
+            pixels_only=pixels_only,
             frame_skip=env_cfg.action_repeat,
             # Render at the stored size: about 3x faster than 240x320 then resize.
             render_kwargs={"height": env_cfg.render_size, "width": env_cfg.render_size},
@@ -195,7 +201,7 @@ def make_env(
     device = torch.device(device)
     obs_key = observation_key(env_cfg)
     pixels = obs_key == PIXELS_KEY or record_pixels
-    base = _base_env(env_cfg, device, pixels)
+    base = _base_env(env_cfg, device, pixels, pixels_only=obs_key == PIXELS_KEY)
     transforms: list[Transform] = []
     if pixels:
         frame_shape = base.observation_spec[PIXELS_KEY].shape
@@ -203,6 +209,12 @@ def make_env(
             transforms.append(DownsampleUInt8(env_cfg.render_size))
     if obs_key == VECTOR_KEY:
         transforms.append(DoubleToFloat())
+        vector_keys = [k for k in base.observation_spec.keys() if k != PIXELS_KEY]
+        if vector_keys != [VECTOR_KEY]:
+            # dm_control splits its state (position, velocity, ...): one flat vector.
+            transforms.append(
+                CatTensors(in_keys=sorted(vector_keys), out_key=VECTOR_KEY, del_keys=True)
+            )
     transforms += [
         StepCounter(max_steps=env_cfg.max_episode_steps),
         RewardSum(),

@@ -118,6 +118,8 @@ class DreamerV1Learner:
             else:
                 obs = self._vector_as_image(obs)  # (B, T, D) -> (B, T, 1, 1, D)
             batch.set(("next", self.obs_key), obs)
+            if self.cfg.algo.reward_scale != 1.0:
+                batch.set(("next", "reward"), batch.get(("next", "reward")) * self.cfg.algo.reward_scale)
             # Each sequence starts from a zero latent, as in Dreamer.
             a = self.cfg.algo
             batch.set("state", torch.zeros(*batch.shape, a.state_dim, device=self.device))

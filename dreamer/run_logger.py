@@ -24,10 +24,15 @@ class RunLogger:
         self.logger: Logger | None = None
         name = f"{cfg.experiment}-{cfg.env.name}-s{cfg.seed}"
         if cfg.logger.backend == "wandb":
-            self.logger = get_logger(
-                "wandb", logger_name=str(self.run_dir), experiment_name=name,
-                offline=cfg.logger.mode == "offline", project=cfg.logger.project,
-                mode=cfg.logger.mode, config=to_dict(cfg),
+            from torchrl.record.loggers.wandb import WandbLogger
+
+            self.logger = WandbLogger(
+                name, save_dir=str(self.run_dir), project=cfg.logger.project,
+                offline=cfg.logger.mode == "offline", mode=cfg.logger.mode,
+                config=to_dict(cfg),
+                # torchrl defaults to resume="allow", which asks the server (and
+                # prompts for a login) even offline.
+                resume=None,
             )
         elif cfg.logger.backend == "csv":
             self.logger = get_logger("csv", logger_name=str(self.run_dir), experiment_name="csv")

@@ -62,7 +62,8 @@ class Trainer:
 
         self.device = resolve_device(cfg)
         workers = resolve_num_workers(cfg)
-        torch.set_num_threads(resolve_threads(cfg, workers))
+        threads = resolve_threads(cfg, workers)
+        torch.set_num_threads(threads)
         torch.manual_seed(cfg.seed)
         autocast = resolve_autocast(cfg, self.device)
         log.info(
@@ -83,7 +84,9 @@ class Trainer:
         if self.resumed_state is not None:
             random_frames = 0  # the policy is trained already
         # Collectors first: workers are spawned before any compile state exists.
-        self.collector = make_collector(cfg, self.models.policy(explore=True), random_frames=random_frames)
+        self.collector = make_collector(
+            cfg, self.models.policy(explore=True), random_frames=random_frames, learner_threads=threads
+        )
 
         self.learner = DreamerV1Learner(cfg, self.models, self.device, autocast)
         self.replay = make_replay_buffer(cfg, self.device)

@@ -1,0 +1,127 @@
+"""Shared helpers for the unit tests (tiny configs, collector-like batches, spies)."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from dreamer.config import Config, validate
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = REPO_ROOT / "conf"
+
+# Headless rendering for gymnasium (pygame) and dm_control (MuJoCo).
+os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+os.environ.setdefault("MUJOCO_GL", "osmesa")
+os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+
+
+def tiny_config(*, pixels: bool = False, **env_overrides) -> Config:
+    """A validated Config small enough for a CPU unit test (no torch.compile)."""
+    cfg = Config()
+    cfg.env.from_pixels = pixels
+    cfg.env.max_episode_steps = 50
+    for key, value in env_overrides.items():
+        setattr(cfg.env, key, value)
+    a = cfg.algo
+    a.state_dim, a.rssm_hidden_dim, a.hidden_dim, a.encoder_channels = 4, 8, 16, 4
+    a.imagination_horizon = 3
+    b = cfg.buffer
+    b.capacity, b.batch_size, b.batch_length, b.prefetch = 200, 2, 5, 0
+    cfg.compile.enabled = False
+    cfg.collector.num_workers = 0
+    return validate(cfg)
+
+
+def collector_batch(
+    *,
+    traj_id: int,
+    first_step: int,
+    steps: int,
+    frame: int = 64,
+    action_dim: int = 1,
+    seed: int | None = None,
+) -> TensorDict:
+    """What a TorchRL collector hands over for one worker: a (steps,) batch with
+    root and ("next") pixels, policy outputs (extra keys) and trajectory ids."""
+    g = torch.Generator().manual_seed(seed if seed is not None else traj_id * 100_003 + first_step)
+    pixels = torch.randint(0, 256, (steps + 1, frame, frame, 3), dtype=torch.uint8, generator=g)
+    step_count = torch.arange(first_step, first_step + steps).unsqueeze(-1)
+    false = torch.zeros(steps, 1, dtype=torch.bool)
+    return TensorDict(
+        {
+            "pixels": pixels[:-1],
+            "action": torch.rand(steps, action_dim, generator=g) * 4 - 2,
+            "loc": torch.randn(steps, action_dim, generator=g),
+            "scale": torch.rand(steps, action_dim, generator=g),
+            "state": torch.randn(steps, 4, generator=g),
+            "belief": torch.randn(steps, 8, generator=g),
+            "step_count": step_count,
+            "collector": {"traj_ids": torch.full((steps,), traj_id, dtype=torch.int64)},
+            "next": {
+                "pixels": pixels[1:],
+                "reward": torch.randn(steps, 1, generator=g),
+                "done": false.clone(),
+                "terminated": false.clone(),
+                "truncated": false.clone(),
+                "step_count": step_count + 1,
+                "belief": torch.randn(steps, 8, generator=g),
+            },
+        },
+        batch_size=[steps],
+    )
+
+
+class CallCounter:
+    """Counts calls of patched methods and remembers where they came from."""
+
+    def __init__(self):
+        self.counts: Counter = Counter()
+        self.sites: Counter = Counter()
+
+    def total(self, *names: str) -> int:
+        if not names:
+            return sum(self.counts.values())
+        return sum(self.counts[n] for n in names)
+
+    def record(self, name: str) -> None:
+        self.counts[name] += 1
+        frame = traceback.extract_stack(limit=4)[-3]
+        where = frame.filename.split("site-packages/")[-1]
+        self.sites[f"{name} at {where}:{frame.lineno} ({frame.name})"] += 1
+
+    def report(self) -> str:
+        return "; ".join(f"{site} x{n}" for site, n in self.sites.most_common())
+
+
+def spy_tensor_methods(monkeypatch, names, counter: CallCounter, ignore=lambda t: False):
+    """Wrap ``torch.Tensor.<name>`` for each name with a counting wrapper.
+
+    ``ignore(tensor)`` -> True skips counting for that tensor (the call still runs).
+    """
+    for name in names:
+        original = getattr(torch.Tensor, name)
+
+        def wrapper(self, *args, __name=name, __original=original, **kwargs):
+            if not ignore(self):
+                counter.record(__name)
+            return __original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, wrapper)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def single_thread():
+    """One intra-op thread: tiny models on a busy 2-core box are many times
+    faster without OpenMP threads spinning against each other."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -1,0 +1,131 @@
+"""dreamer/checkpoint.py: atomic writes, rotation, newest-readable load, RNG state."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from dreamer import checkpoint as ckpt
+from dreamer.errors import UserError
+
+
+def _state(tag: int) -> dict:
+    return {"tag": tag, "weights": torch.full((4, 4), float(tag)), "nested": {"step": tag}}
+
+
+def _files(run_dir):
+    return sorted(p.name for p in (run_dir / ckpt.CHECKPOINT_DIR).iterdir())
+
+
+def test_save_then_load_latest_round_trip(tmp_path):
+    path = ckpt.save_checkpoint(tmp_path, _state(3), updates=3, keep=2)
+    assert path.is_file()
+    assert path.parent == tmp_path / ckpt.CHECKPOINT_DIR
+    loaded = ckpt.load_latest(tmp_path)
+    assert loaded["tag"] == 3
+    assert torch.equal(loaded["weights"], _state(3)["weights"])
+    assert loaded["nested"] == {"step": 3}
+
+
+def test_failed_save_leaves_previous_checkpoint_and_no_partial_files(tmp_path, monkeypatch):
+    ckpt.save_checkpoint(tmp_path, _state(1), updates=10, keep=3)
+    before = _files(tmp_path)
+
+    real_save = torch.save
+
+    def crash_mid_write(obj, f, *args, **kwargs):
+        f.write(b"PARTIAL-CHECKPOINT-BYTES" * 100)  # some bytes reach the file...
+        raise OSError("disk full")  # ...then the write dies
+
+    monkeypatch.setattr(torch, "save", crash_mid_write)
+    with pytest.raises(OSError, match="disk full"):
+        ckpt.save_checkpoint(tmp_path, _state(2), updates=20, keep=3)
+    monkeypatch.setattr(torch, "save", real_save)
+
+    # Nothing new: no ckpt_*20.pt, no temp file, the old one untouched.
+    assert _files(tmp_path) == before
+    assert not list((tmp_path / ckpt.CHECKPOINT_DIR).glob("*tmp*"))
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == before
+    assert ckpt.load_latest(tmp_path)["tag"] == 1
+
+
+def test_rotation_keeps_the_newest(tmp_path):
+    for updates in (5, 50, 500, 5000, 50000):
+        ckpt.save_checkpoint(tmp_path, _state(updates), updates=updates, keep=2)
+    names = [p.name for p in ckpt.list_checkpoints(tmp_path)]
+    assert len(names) == 2
+    # Ordered by update count, not by string length or mtime.
+    assert ckpt.load_latest(tmp_path)["tag"] == 50000
+    assert [torch.load(p, weights_only=False)["tag"] for p in ckpt.list_checkpoints(tmp_path)] == [5000, 50000]
+    assert set(_files(tmp_path)) == set(names)
+
+
+@pytest.mark.parametrize("keep", [1, 3])
+def test_rotation_respects_keep(tmp_path, keep):
+    for updates in range(1, 6):
+        ckpt.save_checkpoint(tmp_path, _state(updates), updates=updates, keep=keep)
+    tags = [torch.load(p, weights_only=False)["tag"] for p in ckpt.list_checkpoints(tmp_path)]
+    assert tags == list(range(6 - keep, 6))
+
+
+def test_load_latest_falls_back_when_newest_is_truncated(tmp_path, capsys):
+    ckpt.save_checkpoint(tmp_path, _state(1), updates=100, keep=3)
+    newest = ckpt.save_checkpoint(tmp_path, _state(2), updates=200, keep=3)
+    data = newest.read_bytes()
+    newest.write_bytes(data[: len(data) // 3])  # truncated by a crash / full disk
+    assert ckpt.load_latest(tmp_path)["tag"] == 1
+    assert newest.name in capsys.readouterr().out  # the user is told which file was skipped
+
+
+def test_load_latest_falls_back_when_newest_is_garbage(tmp_path):
+    ckpt.save_checkpoint(tmp_path, _state(1), updates=1, keep=3)
+    newest = ckpt.save_checkpoint(tmp_path, _state(2), updates=2, keep=3)
+    newest.write_bytes(b"\x00garbage\xff" * 10)
+    assert ckpt.load_latest(tmp_path)["tag"] == 1
+
+
+def test_load_latest_without_checkpoints_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="no checkpoint"):
+        ckpt.load_latest(tmp_path)
+    (tmp_path / ckpt.CHECKPOINT_DIR).mkdir()
+    (tmp_path / ckpt.CHECKPOINT_DIR / ".ckpt_0000000001.pt.tmp").write_bytes(b"partial")
+    with pytest.raises(UserError, match="no checkpoint"):
+        ckpt.load_latest(tmp_path)
+
+
+def test_load_latest_all_unreadable_is_a_user_error(tmp_path):
+    path = ckpt.save_checkpoint(tmp_path, _state(1), updates=1, keep=3)
+    path.write_bytes(b"nope")
+    with pytest.raises(UserError, match="unreadable"):
+        ckpt.load_latest(tmp_path)
+
+
+def _draws():
+    return (torch.rand(5), np.random.rand(5), [random.random() for _ in range(5)])
+
+
+def test_rng_state_round_trip_reproduces_draws():
+    torch.manual_seed(123)
+    np.random.seed(123)
+    random.seed(123)
+    _draws()
+    state = ckpt.rng_state()
+    first = _draws()
+    _draws()  # move every generator on
+    ckpt.set_rng_state(state)
+    again = _draws()
+    assert torch.equal(first[0], again[0])
+    assert np.array_equal(first[1], again[1])
+    assert first[2] == again[2]
+
+
+def test_rng_state_survives_a_checkpoint(tmp_path):
+    torch.manual_seed(7)
+    ckpt.save_checkpoint(tmp_path, {"rng": ckpt.rng_state()}, updates=1, keep=1)
+    expected = torch.rand(8)
+    torch.manual_seed(999)
+    ckpt.set_rng_state(ckpt.load_latest(tmp_path)["rng"])
+    assert torch.equal(torch.rand(8), expected)

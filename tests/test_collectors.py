@@ -1,0 +1,117 @@
+"""Collector workers are spawned clean and stay free of dynamo state while the learner compiles."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import nn
+
+from dreamer.collectors import make_collector
+from dreamer.config import Config
+from dreamer.envs import make_env
+from dreamer.learner import DreamerV1Learner
+from dreamer.models import build_models
+from dreamer.replay import make_replay_buffer, write
+
+
+# Set by the test in the parent before workers start: a forked worker would
+# inherit True, a spawned one re-imports this module and sees False.
+PARENT_STATE_TOUCHED = False
+
+
+class DynamoProbe(nn.Module):
+    """Reports, from inside whichever process runs the policy, its pid, how many
+    frames dynamo has compiled there, and whether it inherited parent state."""
+
+    def forward(self, action: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        import torch._dynamo.utils as dynamo_utils
+
+        frames = dynamo_utils.counters["frames"]["total"]
+        lead = action.shape[:-1]
+        return (torch.full(lead, os.getpid(), dtype=torch.int64),
+                torch.full(lead, frames, dtype=torch.int64),
+                torch.full(lead, PARENT_STATE_TOUCHED, dtype=torch.bool))
+
+
+def tiny_config() -> Config:
+    cfg = Config()
+    cfg.algo.state_dim, cfg.algo.rssm_hidden_dim, cfg.algo.hidden_dim = 4, 8, 16
+    cfg.algo.imagination_horizon = 3
+    cfg.buffer.batch_size, cfg.buffer.batch_length, cfg.buffer.capacity = 2, 5, 1000
+    cfg.collector.num_workers, cfg.collector.frames_per_batch = 1, 20
+    cfg.compile.backend = "aot_eager"  # a real dynamo compile, without C++ codegen time
+    cfg.compile.options = None
+    cfg.compile.warmup_iters = 1
+    return cfg
+
+
+def test_workers_hold_no_dynamo_state_while_the_learner_compiles():
+    import torch._dynamo.utils as dynamo_utils
+
+    global PARENT_STATE_TOUCHED
+    PARENT_STATE_TOUCHED = True
+
+    cfg = tiny_config()
+    env = make_env(cfg.env, state_dim=4, belief_dim=8)
+    models = build_models(cfg, env, torch.device("cpu"))
+    probe = TensorDictModule(DynamoProbe(), in_keys=["action"], out_keys=["probe_pid", "probe_dynamo_frames", "probe_inherited"])
+    policy = TensorDictSequential(models.policy(explore=True), probe)
+    collector = make_collector(cfg, policy, random_frames=0, learner_threads=1)
+    replay = make_replay_buffer(cfg, torch.device("cpu"))
+    try:
+        batches = iter(collector)
+        first = next(batches)
+        write(replay, first, models.obs_key)
+        while len(replay) < 40:
+            write(replay, next(batches), models.obs_key)
+
+        learner = DreamerV1Learner(cfg, models, torch.device("cpu"))
+        learner.compile()
+        learner.warmup(replay.sample())
+        compiled_here = dynamo_utils.counters["frames"]["total"]
+        assert compiled_here > 0, "the learner did not compile anything"
+
+        collector.update_policy_weights_()
+        later = next(batches)
+    finally:
+        collector.shutdown()
+    for batch in (first, later):
+        assert (batch["probe_pid"] != os.getpid()).all(), "the policy ran in the main process"
+        assert (batch["probe_dynamo_frames"] == 0).all(), "a worker compiled frames with dynamo"
+        assert not batch["probe_inherited"].any(), "workers were forked, not spawned"
+
+
+class WeightProbe(nn.Module):
+    """Writes its own (trainable) scalar into every step: what the worker holds."""
+
+    def __init__(self):
+        super().__init__()
+        self.marker = nn.Parameter(torch.zeros(()))
+
+    def forward(self, action: torch.Tensor) -> torch.Tensor:
+        return self.marker.detach().expand(action.shape[:-1]).clone()
+
+
+def test_workers_act_with_the_weights_the_learner_pushes():
+    cfg = tiny_config()
+    env = make_env(cfg.env, state_dim=4, belief_dim=8)
+    models = build_models(cfg, env, torch.device("cpu"))
+    probe = WeightProbe()
+    policy = TensorDictSequential(
+        models.policy(explore=True),
+        TensorDictModule(probe, in_keys=["action"], out_keys=["probe_marker"]),
+    )
+    collector = make_collector(cfg, policy, random_frames=0, learner_threads=1)
+    try:
+        batches = iter(collector)
+        assert (next(batches)["probe_marker"] == 0).all()
+        with torch.no_grad():
+            probe.marker.fill_(7.0)  # what an optimiser step does to the learner's copy
+        collector.update_policy_weights_()
+        # A batch already in flight may predate the push; the next ones must not.
+        next(batches)
+        assert (next(batches)["probe_marker"] == 7.0).all()
+    finally:
+        collector.shutdown()

@@ -1,0 +1,238 @@
+"""dreamer/config.py: schema, validation, Hydra composition, every key used."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from pathlib import Path
+
+import hydra
+import pytest
+from hydra.core.global_hydra import GlobalHydra
+
+from dreamer.config import Config, load_config, register_configs, to_dict
+from dreamer.errors import UserError
+from helpers_unit import CONF_DIR, REPO_ROOT
+
+
+# -- plain dicts ---------------------------------------------------------------
+
+
+def test_load_config_plain_dict_overrides_defaults_and_keeps_the_rest():
+    cfg = load_config(
+        {"env": {"name": "Pendulum-v1", "action_repeat": 4}, "buffer": {"batch_size": 8}, "seed": 3}
+    )
+    assert isinstance(cfg, Config)
+    assert cfg.env.action_repeat == 4
+    assert cfg.buffer.batch_size == 8
+    assert cfg.seed == 3
+    # Untouched keys keep the schema defaults.
+    assert cfg.buffer.batch_length == Config().buffer.batch_length
+    assert cfg.algo == Config().algo
+
+
+def test_load_config_round_trips_to_dict():
+    cfg = load_config({"algo": {"state_dim": 7}, "compile": {"enabled": False}})
+    assert load_config(to_dict(cfg)) == cfg
+
+
+def test_load_config_ignores_hydra_section():
+    cfg = load_config({"hydra": {"run": {"dir": "x"}}, "seed": 1})
+    assert cfg.seed == 1
+
+
+@pytest.mark.parametrize(
+    "section, key, value, allowed",
+    [
+        ("compile", "backend", "foo", ["inductor", "aot_eager", "eager"]),
+        ("env", "backend", "bar", ["gymnasium", "dm_control", "atari"]),
+        ("algo", "activation", "gelu", ["elu", "relu", "silu", "tanh"]),
+        ("buffer", "pin_memory", "yes", ["auto", "on", "off"]),
+        ("compile", "mode", "fast", ["default", "reduce-overhead", "max-autotune"]),
+    ],
+)
+def test_invalid_choice_names_key_and_allowed_values(section, key, value, allowed):
+    with pytest.raises(UserError) as err:
+        load_config({section: {key: value}})
+    msg = str(err.value)
+    assert f"{section}.{key}" in msg
+    assert value in msg
+    for choice in allowed:
+        assert choice in msg
+
+
+def test_invalid_top_level_choice():
+    with pytest.raises(UserError, match=r"autocast.*fp16.*auto.*off.*bf16"):
+        load_config({"autocast": "fp16"})
+
+
+def test_compile_mode_with_options_is_rejected_naming_both():
+    with pytest.raises(UserError) as err:
+        load_config({"compile": {"mode": "max-autotune", "options": {"triton.cudagraphs": False}}})
+    msg = str(err.value)
+    assert "compile.mode" in msg and "compile.options" in msg
+
+
+def test_compile_mode_without_options_is_accepted():
+    cfg = load_config({"compile": {"mode": "reduce-overhead", "options": None}})
+    assert cfg.compile.mode == "reduce-overhead"
+    assert cfg.compile.options is None
+
+
+@pytest.mark.parametrize(
+    "section, key, value",
+    [
+        ("buffer", "batch_size", 0),
+        ("buffer", "batch_length", -3),
+        ("buffer", "capacity", 0),
+        ("env", "image_size", -1),
+        ("env", "action_repeat", 0),
+        ("algo", "state_dim", 0),
+        ("algo", "world_model_lr", 0.0),
+        ("checkpoint", "keep", 0),
+        ("train", "train_ratio", -1.0),
+        ("collector", "num_workers", -1),
+        ("collector", "init_random_frames", -1),
+        ("algo", "free_nats", -0.5),
+    ],
+)
+def test_non_positive_sizes_are_rejected(section, key, value):
+    with pytest.raises(UserError, match=rf"{section}\.{key}"):
+        load_config({section: {key: value}})
+
+
+def test_zero_learner_threads_is_rejected():
+    # threads=0 would reach torch.set_num_threads(0) (a RuntimeError traceback);
+    # like every other size it must be a one-line UserError naming the key.
+    with pytest.raises(UserError, match=r"threads"):
+        load_config({"threads": 0})
+
+
+def test_batch_length_longer_than_episode_is_rejected():
+    with pytest.raises(UserError) as err:
+        load_config({"env": {"max_episode_steps": 20}, "buffer": {"batch_length": 21}})
+    assert "buffer.batch_length" in str(err.value)
+    assert "env.max_episode_steps" in str(err.value)
+    # Equal lengths are fine.
+    load_config({"env": {"max_episode_steps": 20}, "buffer": {"batch_length": 20}})
+
+
+def test_capacity_smaller_than_sequence_is_rejected():
+    with pytest.raises(UserError, match="buffer.capacity"):
+        load_config({"buffer": {"capacity": 10, "batch_length": 20}})
+
+
+@pytest.mark.parametrize(
+    "data, key",
+    [
+        ({"bogus": 1}, "bogus"),
+        ({"env": {"nmae": "Pendulum-v1"}}, "env.nmae"),
+        ({"algo": {"lr": 1e-3}}, "algo.lr"),
+    ],
+)
+def test_unknown_key_is_rejected_by_its_dotted_path(data, key):
+    with pytest.raises(UserError, match=re.escape(key)):
+        load_config(data)
+
+
+def test_pixel_model_input_must_be_64():
+    with pytest.raises(UserError, match="env.image_size"):
+        load_config({"env": {"from_pixels": True, "image_size": 32, "render_size": 64}})
+
+
+def test_atari_requires_pixels():
+    with pytest.raises(UserError, match="from_pixels"):
+        load_config({"env": {"backend": "atari", "name": "Pong", "from_pixels": False}})
+
+
+@pytest.mark.parametrize("device, ok", [("auto", True), ("cpu", True), ("cuda:1", True), ("tpu", False)])
+def test_device_choices(device, ok):
+    if ok:
+        assert load_config({"device": device}).device == device
+    else:
+        with pytest.raises(UserError, match="device"):
+            load_config({"device": device})
+
+
+# -- Hydra composition ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose():
+    register_configs()
+    GlobalHydra.instance().clear()
+    with hydra.initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        yield lambda overrides=(): hydra.compose("config", overrides=list(overrides))
+    GlobalHydra.instance().clear()
+
+
+def _names(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def test_conf_dir_resolves_relative_to_tests():
+    assert CONF_DIR == Path(__file__).resolve().parent.parent / "conf"
+    assert (CONF_DIR / "config.yaml").is_file()
+
+
+@pytest.mark.parametrize("experiment", _names("experiment"))
+def test_every_experiment_preset_composes_and_validates(compose, experiment):
+    cfg = load_config(compose([f"experiment={experiment}"]))
+    assert cfg.experiment == experiment
+
+
+@pytest.mark.parametrize(
+    "group, option",
+    [(g, o) for g in ("env", "logger", "compile", "buffer", "collector", "algo") for o in _names(g)],
+)
+def test_every_group_option_composes_and_validates(compose, group, option):
+    load_config(compose([f"{group}={option}"]))
+
+
+def test_smoke_preset_is_pixels_and_small(compose):
+    cfg = load_config(compose(["experiment=smoke"]))
+    assert cfg.env.from_pixels
+    assert cfg.buffer.batch_length <= cfg.env.max_episode_steps
+
+
+def test_hydra_compile_mode_alone_is_rejected(compose):
+    with pytest.raises(UserError, match="compile.options"):
+        load_config(compose(["compile.mode=default"]))
+
+
+def test_hydra_compile_mode_with_null_options_is_accepted(compose):
+    cfg = load_config(compose(["compile.mode=default", "compile.options=null"]))
+    assert cfg.compile.mode == "default"
+    assert cfg.compile.options is None
+
+
+def test_hydra_bad_choice_is_a_user_error(compose):
+    with pytest.raises(UserError, match=r"compile\.backend.*inductor"):
+        load_config(compose(["compile.backend=foo"]))
+
+
+# -- every key is read ---------------------------------------------------------
+
+
+def _leaf_fields(cls, prefix=""):
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            yield from _leaf_fields(hints[f.name], prefix + f.name + ".")
+        else:
+            yield prefix + f.name, f.name
+
+
+def test_every_config_key_is_read_somewhere():
+    sources = {
+        p.name: p.read_text()
+        for p in sorted((REPO_ROOT / "dreamer").glob("*.py"))
+        if p.name != "config.py"
+    }
+    unread = [
+        path
+        for path, name in _leaf_fields(Config)
+        if not any(re.search(r"\.%s\b" % re.escape(name), text) for text in sources.values())
+    ]
+    assert not unread, f"config keys never read outside config.py: {', '.join(unread)}"

@@ -1,0 +1,114 @@
+"""End to end, as a user at the terminal: `python -m dreamer ...`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SUMMARY_KEYS = {
+    "frames", "updates", "wall_s", "updates_per_s", "frames_per_s", "eval_return_mean",
+    "eval_return_std", "eval_episodes", "compile_warmup_s",
+}
+
+
+def dreamer(*overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run(
+        [sys.executable, "-m", "dreamer", *overrides],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+        stdin=subprocess.DEVNULL,  # a prompt (e.g. a W&B login) must fail, not hang
+    )
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("smoke")
+    result = dreamer("experiment=smoke", f"hydra.run.dir={run_dir}", "logger.progress_bar=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
+def test_help_shows_the_config_groups():
+    result = dreamer("--help")
+    assert result.returncode == 0
+    for group in ("env:", "algo:", "collector:", "buffer:", "compile:", "logger:", "experiment:"):
+        assert group in result.stdout
+
+
+def test_cfg_job_prints_the_resolved_config():
+    result = dreamer("--cfg", "job", "experiment=smoke")
+    assert result.returncode == 0, result.stderr
+    assert "train_ratio" in result.stdout and "experiment: smoke" in result.stdout
+
+
+def test_smoke_run_leaves_summary_metrics_checkpoint_and_video(smoke_run: Path):
+    summary = json.loads((smoke_run / "summary.json").read_text())
+    assert SUMMARY_KEYS <= summary.keys()
+    assert summary["frames"] >= 600 and summary["updates"] > 0
+    assert summary["eval_episodes"] == 1 and summary["compile_warmup_s"] > 0
+    metrics = read_metrics(smoke_run)
+    assert all({"frames", "updates"} <= m.keys() for m in metrics)
+    assert any("loss_model_reco" in m for m in metrics)
+    assert any("eval_return_mean" in m for m in metrics)
+    assert list((smoke_run / "checkpoints").glob("ckpt_*.pt"))
+    assert list((smoke_run / "videos").glob("*.mp4"))
+
+
+def test_resume_continues_counters_from_the_checkpoint(smoke_run: Path):
+    before = json.loads((smoke_run / "summary.json").read_text())
+    n_lines = len(read_metrics(smoke_run))
+    result = dreamer("experiment=smoke", f"resume={smoke_run}", "train.total_frames=800",
+                     "logger.progress_bar=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"resumed from {smoke_run} at frames={before['frames']} updates={before['updates']}" in (
+        result.stdout + result.stderr
+    )
+    after = json.loads((smoke_run / "summary.json").read_text())
+    assert after["frames"] >= 800 and after["updates"] > before["updates"]
+    new = read_metrics(smoke_run)[n_lines:]
+    assert new and min(m["updates"] for m in new) > before["updates"]
+    assert min(m["frames"] for m in new) >= before["frames"]
+
+
+def test_wandb_logger_works_offline_without_an_account(tmp_path):
+    run_dir = tmp_path / "run"
+    env_without_key = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "dreamer", "experiment=smoke", "logger=wandb", "compile=off",
+         "train.total_frames=300", "eval.video=false", f"hydra.run.dir={run_dir}",
+         "logger.progress_bar=false"],
+        cwd=ROOT, env={**env_without_key, "SDL_VIDEODRIVER": "dummy", "HOME": str(tmp_path)},
+        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert list((run_dir / "wandb").glob("offline-run-*"))
+    assert (run_dir / "summary.json").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["compile.backend=tvm"], "compile.backend='tvm' is not allowed; choose one of: inductor, aot_eager, eager"),
+        (["compile.mode=default"], "compile.mode=default and compile.options are both set"),
+        (["env.name=NoSuchEnv-v9"], "unknown gymnasium env 'NoSuchEnv-v9'; available:"),
+        (["buffer.batch_size=0"], "buffer.batch_size=0 must be > 0"),
+        (["buffer.batch_length=500"], "buffer.batch_length=500 is longer than env.max_episode_steps=100"),
+    ],
+)
+def test_bad_input_is_one_clear_line(overrides, message, tmp_path):
+    result = dreamer(*overrides, f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith("error: ") and message in lines[-1]
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,206 @@
+"""dreamer/envs.py: one env contract across gymnasium, dm_control and Atari."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from torchrl.data import OneHot
+
+from dreamer.config import EnvConfig
+from dreamer.envs import PIXELS_KEY, VECTOR_KEY, is_discrete, make_env, observation_key
+from dreamer.errors import UserError
+import helpers_unit  # noqa: F401  (headless SDL / MuJoCo settings)
+
+STATE_DIM, BELIEF_DIM = 3, 5
+
+
+@pytest.fixture
+def env_of():
+    envs = []
+
+    def make(**kw):
+        env = make_env(EnvConfig(**kw), state_dim=STATE_DIM, belief_dim=BELIEF_DIM, seed=0)
+        envs.append(env)
+        return env
+
+    yield make
+    for env in envs:
+        env.close()
+
+
+def _check_common_contract(env, rollout, steps):
+    assert rollout.shape == (steps,)
+    # The recurrent policy's carry starts at zero.
+    assert torch.equal(rollout["state"][0], torch.zeros(STATE_DIM))
+    assert torch.equal(rollout["belief"][0], torch.zeros(BELIEF_DIM))
+    # Running return for evaluation.
+    torch.testing.assert_close(
+        rollout["next", "episode_reward"][-1].to(torch.float64),
+        rollout["next", "reward"].sum(0).to(torch.float64),
+    )
+    assert rollout["next", "step_count"][-1].item() == steps
+
+
+def test_gymnasium_state_env(env_of):
+    env = env_of(backend="gymnasium", name="Pendulum-v1")
+    td = env.rollout(4)
+    obs = td[VECTOR_KEY]
+    assert obs.dtype == torch.float32
+    assert obs.shape == (4, 3)
+    assert PIXELS_KEY not in td.keys()
+    assert env.observation_spec[VECTOR_KEY].dtype == torch.float32
+    _check_common_contract(env, td, 4)
+
+
+def test_gymnasium_pixels_env(env_of):
+    env = env_of(backend="gymnasium", name="Pendulum-v1", from_pixels=True, render_size=64)
+    td = env.rollout(3)
+    assert td[PIXELS_KEY].dtype == torch.uint8
+    assert td[PIXELS_KEY].shape == (3, 64, 64, 3)
+    assert td["next", PIXELS_KEY].shape == (3, 64, 64, 3)
+    assert VECTOR_KEY not in td.keys()
+    spec = env.observation_spec[PIXELS_KEY]
+    assert spec.shape == (64, 64, 3) and spec.dtype == torch.uint8
+    assert td[PIXELS_KEY].float().std() > 0  # an actual rendering, not a blank frame
+    _check_common_contract(env, td, 3)
+
+
+def test_record_pixels_adds_frames_to_a_state_env(env_of):
+    env = make_env(EnvConfig(name="Pendulum-v1"), state_dim=1, belief_dim=1, record_pixels=True)
+    try:
+        td = env.rollout(2)
+        assert td[VECTOR_KEY].shape == (2, 3)
+        assert td[PIXELS_KEY].shape == (2, 64, 64, 3) and td[PIXELS_KEY].dtype == torch.uint8
+    finally:
+        env.close()
+
+
+def test_dm_control_pixels_env(env_of):
+    env = env_of(backend="dm_control", name="cartpole-balance", from_pixels=True, render_size=64)
+    td = env.rollout(3)
+    assert td[PIXELS_KEY].dtype == torch.uint8
+    assert td[PIXELS_KEY].shape == (3, 64, 64, 3)
+    assert td[PIXELS_KEY].float().std() > 0
+    _check_common_contract(env, td, 3)
+
+
+def test_dm_control_env_is_single_precision(env_of):
+    # The world model, the actor and the replay buffer are float32: actions the
+    # env takes and rewards it returns must be too (dm_control's are float64).
+    env = env_of(backend="dm_control", name="cartpole-balance", from_pixels=True)
+    td = env.rollout(2)
+    assert td["action"].dtype == torch.float32
+    assert td["next", "reward"].dtype == torch.float32
+    assert env.action_spec.dtype == torch.float32
+    assert env.full_reward_spec["reward"].dtype == torch.float32
+
+
+def test_atari_pong_pixels_one_hot_actions(env_of):
+    env = env_of(backend="atari", name="Pong", from_pixels=True, action_repeat=4)
+    assert is_discrete(env)
+    assert isinstance(env.action_spec, OneHot)
+    n = env.action_spec.shape[-1]
+    assert n == 6  # Pong's minimal action set (full_action_space=False)
+    td = env.rollout(3)
+    assert td[PIXELS_KEY].dtype == torch.uint8
+    assert td[PIXELS_KEY].shape == (3, 64, 64, 3)
+    assert td["action"].shape == (3, n)
+    assert torch.equal(td["action"].sum(-1), torch.ones(3, dtype=td["action"].dtype))
+    _check_common_contract(env, td, 3)
+
+
+def test_atari_observation_key_is_pixels_even_if_not_asked():
+    assert observation_key(EnvConfig(backend="atari", name="Pong")) == PIXELS_KEY
+    assert observation_key(EnvConfig(backend="gymnasium")) == VECTOR_KEY
+    assert observation_key(EnvConfig(backend="dm_control", from_pixels=True)) == PIXELS_KEY
+
+
+def _listed(msg: str) -> list[str]:
+    return [name.strip() for name in msg.split("available:", 1)[1].split(",")]
+
+
+@pytest.mark.parametrize(
+    "backend, bad, known",
+    [
+        ("gymnasium", "Pendulum-v9", "Pendulum-v1"),
+        ("dm_control", "cartpole-balanse", "cartpole-balance"),
+        ("atari", "Pongg", "Pong"),
+    ],
+)
+def test_unknown_env_name_lists_valid_names(backend, bad, known):
+    cfg = EnvConfig(backend=backend, name=bad, from_pixels=True)
+    with pytest.raises(UserError) as err:
+        make_env(cfg, state_dim=1, belief_dim=1)
+    msg = str(err.value)
+    assert re.search(re.escape(repr(bad)), msg)
+    assert "available" in msg
+    # The names listed are what env.name accepts.
+    assert known in _listed(msg), f"{known!r} not among the listed names: {msg[:300]}..."
+
+
+@pytest.mark.parametrize("backend", ["dm_control", "atari"])
+def test_listed_names_are_accepted(backend):
+    with pytest.raises(UserError) as err:
+        make_env(EnvConfig(backend=backend, name="no-such-env", from_pixels=True), state_dim=1, belief_dim=1)
+    name = _listed(str(err.value))[0]
+    env = make_env(EnvConfig(backend=backend, name=name, from_pixels=True), state_dim=1, belief_dim=1)
+    try:
+        assert env.rollout(1)[PIXELS_KEY].dtype == torch.uint8
+    finally:
+        env.close()
+
+
+def test_check_env_on_dm_control_leaves_no_garbage_that_hangs_the_process():
+    # check_env builds a dm_control pixel env and closes it unused (train.py does
+    # this in the learner process). Collecting that garbage later -- which
+    # Python's cyclic GC will do at some point of a run -- must not deadlock.
+    # A subprocess with a timeout, so a hang fails this test instead of the suite.
+    code = (
+        "import gc\n"
+        "from dreamer.config import EnvConfig\n"
+        "from dreamer.envs import check_env\n"
+        "check_env(EnvConfig(backend='dm_control', name='cartpole-balance', from_pixels=True))\n"
+        "gc.collect()\n"
+        "print('collected', flush=True)\n"
+    )
+    env = {**os.environ, "MUJOCO_GL": "osmesa", "PYOPENGL_PLATFORM": "osmesa"}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30,
+            cwd=helpers_unit.REPO_ROOT,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("gc.collect() after check_env(dm_control) hung (render context __del__ deadlock)")
+    assert "collected" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_episode_limit_truncates(env_of):
+    env = env_of(backend="gymnasium", name="Pendulum-v1", max_episode_steps=5)
+    td = env.rollout(20)  # stops at the first done
+    assert td.shape == (5,)
+    assert td["next", "truncated"][-1].item()
+    assert td["next", "done"][-1].item()
+    assert not td["next", "terminated"][-1].item()
+    assert not td["next", "done"][:-1].any()
+
+
+def test_episode_limit_resets_to_a_new_episode(env_of):
+    env = env_of(backend="gymnasium", name="Pendulum-v1", max_episode_steps=3)
+    td = env.rollout(7, break_when_any_done=False)
+    assert td["step_count"].squeeze(-1).tolist() == [0, 1, 2, 0, 1, 2, 0]
+    assert td["next", "truncated"].squeeze(-1).tolist() == [False, False, True] * 2 + [False]
+    # The carry is zeroed at each reset.
+    assert torch.equal(td["belief"][3], torch.zeros(BELIEF_DIM))
+
+
+def test_action_repeat_multiplies_env_frames(env_of):
+    # Pendulum's own limit is 200 env steps: with action repeat 4 that is 50 agent steps.
+    env = env_of(backend="gymnasium", name="Pendulum-v1", action_repeat=4, max_episode_steps=1000)
+    td = env.rollout(80)
+    assert td.shape == (50,)
+    assert td["next", "truncated"][-1].item()

@@ -1,0 +1,284 @@
+"""dreamer/learner.py and dreamer/models.py: updates train every part, the update
+never talks to the host, actions respect the env's bounds."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+from dreamer.envs import make_env
+from dreamer.learner import METRIC_NAMES, DreamerV1Learner, MetricsAccumulator
+from dreamer.models import build_models
+from dreamer.replay import stored_keys
+from helpers_unit import CallCounter, single_thread, spy_tensor_methods, tiny_config  # noqa: F401
+
+CPU = torch.device("cpu")
+PARTS = ("encoder", "decoder", "prior", "posterior", "reward", "actor", "value")
+HOST_TRANSFERS = ("item", "cpu", "tolist", "__float__", "numpy")
+
+
+def _setup(pixels: bool, **env_overrides):
+    """Tiny config, its env, and batch_size*batch_length steps the exploration
+    policy collected, reduced to what the replay buffer stores."""
+    cfg = tiny_config(pixels=pixels, **env_overrides)
+    a = cfg.algo
+    env = make_env(cfg.env, state_dim=a.state_dim, belief_dim=a.rssm_hidden_dim, seed=0)
+    torch.manual_seed(0)
+    steps = cfg.buffer.batch_size * cfg.buffer.batch_length
+    try:
+        models = build_models(cfg, env, CPU)
+        with torch.no_grad():
+            rollout = env.rollout(steps, models.policy(explore=True), break_when_any_done=False)
+    except BaseException:
+        env.close()
+        raise
+    batch = rollout.select(*stored_keys(models.obs_key), strict=False)
+    assert batch.shape == (steps,)
+    return cfg, env, batch
+
+
+@pytest.fixture(scope="module")
+def state_setup():
+    cfg, env, batch = _setup(pixels=False)
+    yield cfg, env, batch
+    env.close()
+
+
+@pytest.fixture(scope="module")
+def pixel_setup():
+    cfg, env, batch = _setup(pixels=True)
+    yield cfg, env, batch
+    env.close()
+
+
+def _learner(cfg, env, seed=0, device=CPU):
+    torch.manual_seed(seed)
+    models = build_models(cfg, env, device)
+    return DreamerV1Learner(cfg, models, device)
+
+
+def _snapshot(learner):
+    return {
+        part: {n: p.detach().clone() for n, p in learner.models.modules[part].named_parameters()}
+        for part in PARTS
+    }
+
+
+# -- training --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("setup", ["state_setup", "pixel_setup"])
+def test_updates_change_every_parameter_and_report_finite_metrics(setup, request):
+    cfg, env, batch = request.getfixturevalue(setup)
+    # With free nats the KL is clamped and the prior head gets no gradient while
+    # KL < free_nats (Dreamer's intent); without them every weight must learn.
+    cfg.algo.free_nats = 0.0
+    learner = _learner(cfg, env)
+    before = _snapshot(learner)
+    for _ in range(3):
+        learner.update(batch.clone())
+    for part in PARTS:
+        params = dict(learner.models.modules[part].named_parameters())
+        assert params, f"{part} has no parameters"
+        unchanged = [n for n, p in params.items() if torch.equal(p.detach(), before[part][n])]
+        assert not unchanged, f"{part}: parameters not updated: {unchanged}"
+        assert all(torch.isfinite(p).all() for p in params.values()), f"{part} has non-finite weights"
+
+    metrics = learner.flush_metrics()
+    assert set(metrics) == set(METRIC_NAMES)
+    for name, value in metrics.items():
+        assert isinstance(value, float), name
+        assert math.isfinite(value), f"{name}={value}"
+    assert metrics["loss_model_reco"] > 0
+    assert metrics["grad_norm_world_model"] > 0
+    # A flush starts a new interval.
+    assert learner.flush_metrics() == {}
+
+
+def test_world_model_parts_train_with_default_free_nats(state_setup):
+    cfg, env, batch = state_setup
+    cfg.algo.free_nats = 3.0
+    learner = _learner(cfg, env)
+    before = _snapshot(learner)
+    for _ in range(2):
+        learner.update(batch.clone())
+    for part in PARTS:
+        params = dict(learner.models.modules[part].named_parameters())
+        assert any(not torch.equal(p.detach(), before[part][n]) for n, p in params.items()), part
+
+
+def test_update_does_not_modify_the_sampled_batch(state_setup):
+    cfg, env, batch = state_setup
+    learner = _learner(cfg, env)
+    sample = batch.clone()
+    learner.update(sample)
+    assert sample.shape == batch.shape
+    assert (sample == batch).all()
+
+
+def test_metrics_accumulator_means_over_the_interval():
+    acc = MetricsAccumulator(("a", "b"), CPU)
+    acc.add(torch.tensor([1.0, 10.0]))
+    acc.add(torch.tensor([3.0, 20.0]))
+    assert acc.flush() == {"a": 2.0, "b": 15.0}
+    assert acc.flush() == {}
+    acc.add(torch.tensor([5.0, 7.0]))
+    assert acc.flush() == {"a": 5.0, "b": 7.0}
+
+
+def test_learner_state_dict_round_trip_continues_identically(state_setup):
+    cfg, env, batch = state_setup
+    a = _learner(cfg, env, seed=1)
+    a.update(batch.clone())
+    b = _learner(cfg, env, seed=2)  # different initial weights
+    # Through bytes, as a checkpoint does (an in-memory optimiser state would be
+    # shared between the two learners rather than copied).
+    buffer = io.BytesIO()
+    torch.save(a.state_dict(), buffer)
+    buffer.seek(0)
+    b.load_state_dict(torch.load(buffer, weights_only=False))
+    for (n, pa), (_, pb) in zip(a.models.modules.named_parameters(), b.models.modules.named_parameters()):
+        assert torch.equal(pa, pb), n
+    torch.manual_seed(5)
+    a.update(batch.clone())
+    torch.manual_seed(5)
+    b.update(batch.clone())
+    for (n, pa), (_, pb) in zip(a.models.modules.named_parameters(), b.models.modules.named_parameters()):
+        torch.testing.assert_close(pa, pb, msg=n)
+
+
+# -- host syncs ------------------------------------------------------------------
+
+
+def _optimizer_step_counters(learner) -> set[int]:
+    # torch.optim keeps each parameter's step count as a host scalar tensor
+    # (non-fused Adam); reading it is not a device sync. Only on CPU can such a
+    # read be confused with a transfer, so those tensors are left out.
+    return {id(s["step"]) for opt in learner.optimizers.values() for s in opt.state.values() if "step" in s}
+
+
+@pytest.mark.parametrize("setup", ["state_setup", "pixel_setup"])
+def test_update_makes_no_host_transfer(setup, request, monkeypatch):
+    cfg, env, batch = request.getfixturevalue(setup)
+    learner = _learner(cfg, env)
+    learner.update(batch.clone())  # warm: optimiser state exists from here on
+    steps = _optimizer_step_counters(learner)
+    sample = batch.clone()
+    counter = CallCounter()
+    spy_tensor_methods(monkeypatch, HOST_TRANSFERS, counter, ignore=lambda t: id(t) in steps)
+    learner.update(sample)
+    monkeypatch.undo()
+    assert counter.total() == 0, f"host transfers during update: {counter.report()}"
+
+
+def test_flush_metrics_is_exactly_one_host_transfer(state_setup, monkeypatch):
+    cfg, env, batch = state_setup
+    learner = _learner(cfg, env)
+    learner.update(batch.clone())
+    learner.update(batch.clone())
+    counter = CallCounter()
+    spy_tensor_methods(monkeypatch, HOST_TRANSFERS, counter)
+    metrics = learner.flush_metrics()
+    monkeypatch.undo()
+    assert set(metrics) == set(METRIC_NAMES)
+    assert counter.total() == 1, counter.report()
+    assert counter.counts["tolist"] == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("setup", ["state_setup", "pixel_setup"])
+def test_cuda_update_is_sync_free(setup, request):
+    cfg, env, batch = request.getfixturevalue(setup)
+    device = torch.device("cuda")
+    learner = _learner(cfg, env, device=device)
+    on_device = batch.to(device)
+    learner.update(on_device.clone())  # warm
+    sample = on_device.clone()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        learner.update(sample)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    metrics = learner.flush_metrics()
+    assert all(math.isfinite(v) for v in metrics.values())
+
+
+# -- acting ----------------------------------------------------------------------
+
+
+def test_continuous_actions_lie_in_env_bounds_and_use_the_full_range(state_setup):
+    cfg, env, _ = state_setup
+    torch.manual_seed(0)
+    models = build_models(cfg, env, CPU)
+    # Large random actor weights push the squashed mean towards both ends.
+    with torch.no_grad():
+        for p in models.modules["actor"].parameters():
+            p.normal_(0.0, 1.0)
+    low = env.action_spec.space.low
+    high = env.action_spec.space.high
+    assert torch.equal(high, -low) and float(high.max()) > 1.0  # Pendulum: [-2, 2]
+    n = 512
+    obs = TensorDict(
+        {"observation": torch.randn(n, 3) * 3, "belief": torch.randn(n, cfg.algo.rssm_hidden_dim)},
+        batch_size=[n],
+    )
+    for explore, mode in [
+        (True, ExplorationType.RANDOM),  # collector
+        (False, ExplorationType.RANDOM),
+        (False, ExplorationType.DETERMINISTIC),  # evaluation
+    ]:
+        with torch.no_grad(), set_exploration_type(mode):
+            action = models.policy(explore)(obs.clone())["action"]
+        label = f"explore={explore} mode={mode}"
+        assert action.shape == (n, 1), label
+        assert ((action >= low) & (action <= high)).all(), f"{label}: {action.min()}..{action.max()}"
+        # Scaled to the env's bounds, not squashed into [-1, 1].
+        assert action.max() > 1.0 and action.min() < -1.0, f"{label}: {action.min()}..{action.max()}"
+
+
+def test_policy_carries_the_belief_to_the_next_step(state_setup):
+    cfg, env, _ = state_setup
+    models = build_models(cfg, env, CPU)
+    with torch.no_grad():
+        rollout = env.rollout(4, models.policy(explore=False), break_when_any_done=False)
+    belief, next_belief = rollout["belief"], rollout["next", "belief"]
+    assert torch.equal(belief[0], torch.zeros_like(belief[0]))  # zeros at reset
+    # Each step starts from the belief the previous step produced.
+    assert torch.equal(belief[1:], next_belief[:-1])
+    assert not torch.equal(next_belief[0], belief[0])
+
+
+def test_discrete_policy_emits_one_hot_env_actions():
+    cfg, env, _ = _setup(pixels=True, backend="atari", name="Pong", action_repeat=4)
+    try:
+        models = build_models(cfg, env, CPU)
+        assert models.discrete
+        n_actions = env.action_spec.shape[-1]
+        for explore in (True, False):
+            with torch.no_grad():
+                rollout = env.rollout(3, models.policy(explore), break_when_any_done=False)
+            action = rollout["action"]
+            assert action.shape == (3, n_actions)
+            assert torch.equal(action.sum(-1), torch.ones(3, dtype=action.dtype))
+            assert env.action_spec.is_in(action[0])
+    finally:
+        env.close()
+
+
+def test_exploration_policy_acts_in_dm_control_from_pixels():
+    cfg, env, batch = _setup(pixels=True, backend="dm_control", name="cartpole-balance")
+    try:
+        # The world model is single precision: what it reads back must be too.
+        assert batch["action"].dtype == torch.float32
+        assert batch["next", "reward"].dtype == torch.float32
+        learner = DreamerV1Learner(cfg, build_models(cfg, env, CPU), CPU)
+        learner.update(batch.clone())
+        assert all(math.isfinite(v) for v in learner.flush_metrics().values())
+    finally:
+        env.close()

@@ -1,0 +1,326 @@
+"""dreamer/replay.py and torchrl_ext/replay.py: what is stored, how it is written,
+and that sampled sequences never cross trajectories or gaps."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import pytest
+import torch
+import tensordict
+from tensordict import LazyStackedTensorDict, TensorDict
+from torchrl.data import LazyTensorStorage, ReplayBuffer, RoundRobinWriter, TensorDictReplayBuffer
+
+from dreamer import replay as dreamer_replay
+from dreamer.errors import UserError
+from dreamer.replay import (
+    TRAJ_KEY,
+    bytes_per_step,
+    check_capacity,
+    make_replay_buffer,
+    stored_keys,
+    write,
+)
+from helpers_unit import collector_batch, single_thread, tiny_config  # noqa: F401
+from torchrl_ext import SliceCursorWriter
+
+CPU = torch.device("cpu")
+
+
+def _pixel_buffer(capacity=200, batch_size=2, batch_length=5, prefetch=0):
+    cfg = tiny_config(pixels=True)
+    cfg.buffer.capacity = capacity
+    cfg.buffer.batch_size = batch_size
+    cfg.buffer.batch_length = batch_length
+    cfg.buffer.prefetch = prefetch
+    return cfg, make_replay_buffer(cfg, CPU)
+
+
+def _storage_td(rb) -> TensorDict:
+    return rb.storage._storage
+
+
+# -- what is stored --------------------------------------------------------------
+
+
+def test_storage_keeps_only_learner_keys_with_uint8_pixels_once():
+    cfg, rb = _pixel_buffer()
+    b0 = collector_batch(traj_id=0, first_step=0, steps=20)
+    b1 = collector_batch(traj_id=1, first_step=0, steps=20)
+    assert write(rb, b0, "pixels") == 20
+    assert write(rb, b1, "pixels") == 20
+    assert len(rb) == 40
+
+    stored = _storage_td(rb)
+    keys = set(stored.keys(include_nested=True, leaves_only=True))
+    assert keys == set(stored_keys("pixels"))
+    # Each frame is stored once: ("next", "pixels") only, no root copy, no
+    # policy outputs or carries.
+    assert "pixels" not in stored.keys()
+    for extra in ("loc", "scale", "state", "belief", ("next", "belief"), ("next", "step_count")):
+        assert extra not in keys
+
+    assert stored["next", "pixels"].dtype == torch.uint8
+    assert stored["next", "pixels"].shape[1:] == (64, 64, 3)
+    torch.testing.assert_close(stored["next", "pixels"][:20], b0["next", "pixels"])
+    torch.testing.assert_close(stored["next", "pixels"][20:40], b1["next", "pixels"])
+    torch.testing.assert_close(stored["action"][:20], b0["action"])
+    torch.testing.assert_close(stored[TRAJ_KEY][:40], torch.cat([b0[TRAJ_KEY], b1[TRAJ_KEY]]))
+
+
+def test_write_flattens_a_workers_by_time_batch():
+    _, rb = _pixel_buffer()
+    batches = [collector_batch(traj_id=w, first_step=0, steps=10) for w in range(3)]
+    stacked = torch.stack(batches)  # (workers, time)
+    assert write(rb, stacked, "pixels") == 30
+    torch.testing.assert_close(
+        _storage_td(rb)["next", "pixels"][:30], stacked["next", "pixels"].reshape(30, 64, 64, 3)
+    )
+
+
+def test_bytes_per_step_counts_only_stored_keys():
+    step = collector_batch(traj_id=0, first_step=0, steps=1)[0]
+    kept = step.select(*stored_keys("pixels"))
+    expected = sum(t.numel() * t.element_size() for t in kept.values(True, True))
+    assert bytes_per_step(step, "pixels") == expected
+    # The frame itself, once.
+    assert 64 * 64 * 3 <= expected < 2 * 64 * 64 * 3
+
+
+def test_sample_is_batch_size_times_batch_length_on_cpu():
+    cfg, rb = _pixel_buffer()
+    write(rb, collector_batch(traj_id=0, first_step=0, steps=20), "pixels")
+    sample = rb.sample()
+    assert sample.shape == (cfg.buffer.batch_size * cfg.buffer.batch_length,)
+    assert sample["next", "pixels"].dtype == torch.uint8
+    assert sample["next", "pixels"].device == CPU
+
+
+# -- SliceCursorWriter -----------------------------------------------------------
+
+
+def _step(i: int) -> TensorDict:
+    return TensorDict(
+        {
+            "obs": torch.full((3,), float(i)),
+            "next": {"pixels": torch.full((4, 4, 3), i % 256, dtype=torch.uint8)},
+        },
+        batch_size=[],
+    )
+
+
+@pytest.fixture
+def write_spies(monkeypatch):
+    """Counts direct stacks onto storage and any materialising copy of a lazy stack."""
+    counts = {"stack_onto": 0, "materialising_stack": 0, "contiguous": 0, "update_at": 0}
+    stack_onto = tensordict.TensorDict._stack_onto_
+
+    def spy_stack_onto(self, *args, **kwargs):
+        counts["stack_onto"] += 1
+        return stack_onto(self, *args, **kwargs)
+
+    torch_stack = torch.stack
+
+    def spy_stack(tensors, *args, **kwargs):
+        tensors = list(tensors)
+        # A stack of plain tensors without out= allocates a temporary copy.
+        if kwargs.get("out") is None and tensors and isinstance(tensors[0], torch.Tensor):
+            counts["materialising_stack"] += 1
+        return torch_stack(tensors, *args, **kwargs)
+
+    contiguous = LazyStackedTensorDict.contiguous
+
+    def spy_contiguous(self, *args, **kwargs):
+        counts["contiguous"] += 1
+        return contiguous(self, *args, **kwargs)
+
+    update_at = tensordict.TensorDict.update_at_
+
+    def spy_update_at(self, *args, **kwargs):
+        counts["update_at"] += 1
+        return update_at(self, *args, **kwargs)
+
+    monkeypatch.setattr(tensordict.TensorDict, "_stack_onto_", spy_stack_onto)
+    monkeypatch.setattr(torch, "stack", spy_stack)
+    monkeypatch.setattr(LazyStackedTensorDict, "contiguous", spy_contiguous)
+    monkeypatch.setattr(tensordict.TensorDict, "update_at_", spy_update_at)
+    return counts
+
+
+def _expected_ring(capacity: int, values: list[int]) -> list[int]:
+    ring = [None] * capacity
+    for pos, v in enumerate(values):
+        ring[pos % capacity] = v
+    return ring
+
+
+def test_lazy_stack_is_written_by_a_direct_stack_onto_storage(write_spies):
+    capacity = 7  # not a multiple of the write size: the third write wraps
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), writer=SliceCursorWriter())
+    written = []
+    for n in (3, 3, 3, 2):
+        items = [_step(len(written) + j) for j in range(n)]
+        written += [len(written) + j for j in range(n)]
+        rb.extend(LazyStackedTensorDict.lazy_stack(items, dim=0))
+
+    assert write_spies["stack_onto"] > 0
+    assert write_spies["materialising_stack"] == 0
+    assert write_spies["contiguous"] == 0
+    assert write_spies["update_at"] == 0
+
+    ring = _expected_ring(capacity, written)
+    stored = _storage_td(rb)
+    assert stored["obs"][:, 0].tolist() == [float(v) for v in ring]
+    assert stored["next", "pixels"][:, 0, 0, 0].tolist() == ring
+    assert len(rb) == capacity
+
+
+def test_list_of_steps_is_written_by_a_direct_stack_onto_storage(write_spies):
+    capacity = 5
+    rb = ReplayBuffer(storage=LazyTensorStorage(capacity), writer=SliceCursorWriter())
+    written = []
+    for n in (2, 4):  # the second write wraps around the ring
+        items = [_step(100 + len(written) + j) for j in range(n)]
+        written += [100 + len(written) + j for j in range(n)]
+        rb.extend(items)
+    assert write_spies["stack_onto"] > 0
+    assert write_spies["materialising_stack"] == 0
+    stored = rb.storage._storage
+    assert stored["obs"][:, 0].tolist() == [float(v) for v in _expected_ring(capacity, written)]
+
+
+def test_dense_batch_write_wraps_around_the_ring():
+    capacity = 13
+    cfg, rb = _pixel_buffer(capacity=capacity, batch_length=5)
+    batches = [collector_batch(traj_id=i, first_step=0, steps=5) for i in range(4)]  # 20 > 13
+    for b in batches:
+        write(rb, b, "pixels")
+    all_frames = torch.cat([b["next", "pixels"] for b in batches])
+    expected = torch.empty(capacity, 64, 64, 3, dtype=torch.uint8)
+    for pos in range(all_frames.shape[0]):
+        expected[pos % capacity] = all_frames[pos]
+    assert torch.equal(_storage_td(rb)["next", "pixels"], expected)
+    assert rb.writer._cursor == 20 % capacity
+    assert len(rb) == capacity
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_indices_and_write_count_match_round_robin_writer(lazy):
+    capacity = 7
+    ours = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), writer=SliceCursorWriter())
+    ref = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), writer=RoundRobinWriter())
+    counter = 0
+    for n in (3, 3, 1, 7, 4, 5, 2):
+        items = [_step(counter + j) for j in range(n)]
+        counter += n
+
+        def data():
+            td = [i.clone() for i in items]
+            return LazyStackedTensorDict.lazy_stack(td, 0) if lazy else torch.stack(td)
+
+        idx_ours = ours.extend(data())
+        idx_ref = ref.extend(data())
+        assert torch.equal(idx_ours, idx_ref), (n, idx_ours, idx_ref)
+        assert ours.writer._write_count == ref.writer._write_count
+        assert ours.writer._cursor == ref.writer._cursor
+        assert len(ours) == len(ref)
+        assert ours.storage._last_cursor_index == ref.storage._last_cursor_index
+        filled = len(ref)  # rows past the fill level are uninitialised memory
+        assert torch.equal(_storage_td(ours)["obs"][:filled], _storage_td(ref)["obs"][:filled])
+        assert torch.equal(
+            _storage_td(ours)["next", "pixels"][:filled], _storage_td(ref)["next", "pixels"][:filled]
+        )
+
+
+def test_write_larger_than_capacity_matches_round_robin_writer():
+    capacity = 4
+    ours = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), writer=SliceCursorWriter())
+    ref = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), writer=RoundRobinWriter())
+    for n in (3, 6):
+        data = torch.stack([_step(j) for j in range(n)])
+        assert torch.equal(ours.extend(data.clone()), ref.extend(data.clone()))
+        assert ours.writer._write_count == ref.writer._write_count
+        assert ours.writer._cursor == ref.writer._cursor
+
+
+# -- sampler ---------------------------------------------------------------------
+
+
+def _check_sequences(sample, batch_size, batch_length):
+    seqs = sample.reshape(batch_size, batch_length)
+    traj = seqs[TRAJ_KEY]
+    steps = seqs["step_count"].squeeze(-1)
+    assert (traj == traj[:, :1]).all(), f"a sequence mixes trajectories:\n{traj}"
+    assert (steps.diff(dim=1) == 1).all(), f"a sequence is not consecutive steps:\n{steps}"
+
+
+@pytest.mark.parametrize(
+    "capacity, prefetch, order",
+    [
+        (1000, 0, "alternate"),  # never full
+        (130, 0, "alternate"),  # wraps; capacity not a multiple of the 20-step batches
+        (130, 0, "random"),  # async workers: any interleaving
+        (130, 2, "random"),  # with the prefetch thread of the default config
+    ],
+)
+def test_sampled_sequences_stay_within_one_worker_and_are_consecutive(capacity, prefetch, order):
+    batch_size, batch_length = 6, 5
+    _, rb = _pixel_buffer(capacity=capacity, batch_size=batch_size, batch_length=batch_length,
+                          prefetch=prefetch)
+    rng = random.Random(0)
+    next_step = {0: 0, 1: 0}
+    traj_of = {0: 10, 1: 20}  # each worker has its own trajectory ids
+    for i in range(24):
+        w = i % 2 if order == "alternate" else rng.randrange(2)
+        batch = collector_batch(traj_id=traj_of[w], first_step=next_step[w], steps=20, frame=8)
+        next_step[w] += 20
+        write(rb, batch, "pixels")
+        if i % 6 == 5:  # an episode ends: the worker starts a new trajectory
+            traj_of[w] += 1
+            next_step[w] = 0
+        for _ in range(2):
+            _check_sequences(rb.sample(), batch_size, batch_length)
+
+
+def test_sequences_never_start_in_one_episode_and_end_in_the_next():
+    batch_size, batch_length = 4, 5
+    _, rb = _pixel_buffer(capacity=500, batch_size=batch_size, batch_length=batch_length)
+    # One worker, episodes of 7 steps back to back in storage.
+    for traj in range(12):
+        write(rb, collector_batch(traj_id=traj, first_step=0, steps=7, frame=8), "pixels")
+    for _ in range(15):
+        _check_sequences(rb.sample(), batch_size, batch_length)
+
+
+# -- capacity check --------------------------------------------------------------
+
+
+def test_check_capacity_refuses_a_buffer_larger_than_free_ram(monkeypatch):
+    cfg = tiny_config(pixels=True)
+    cfg.buffer.capacity = 1_000_000
+    step_bytes = 64 * 64 * 3 + 32
+    free = 2 * 2**30
+    monkeypatch.setattr(dreamer_replay.psutil, "virtual_memory", lambda: SimpleNamespace(available=free))
+    with pytest.raises(UserError) as err:
+        check_capacity(cfg, step_bytes)
+    msg = str(err.value)
+    assert "buffer.capacity" in msg
+    # The suggested capacity fits.
+    suggested = int(msg.rsplit("<=", 1)[1])
+    assert 0 < suggested * step_bytes <= free
+
+
+def test_check_capacity_accepts_a_buffer_that_fits(monkeypatch):
+    cfg = tiny_config(pixels=True)
+    cfg.buffer.capacity = 1000
+    monkeypatch.setattr(dreamer_replay.psutil, "virtual_memory", lambda: SimpleNamespace(available=2**40))
+    assert check_capacity(cfg, 100) == 1000 * 100
+
+
+def test_pin_memory_on_without_cuda_is_a_user_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = tiny_config()
+    cfg.buffer.pin_memory = "on"
+    with pytest.raises(UserError, match="buffer.pin_memory"):
+        make_replay_buffer(cfg, CPU)
