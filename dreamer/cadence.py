@@ -35,7 +35,7 @@ class Ratio:
 
     def owed(self, new_steps: int) -> int:
         self.credit += new_steps * self.updates_per_step
-        whole = int(self.credit)
+        whole = int(self.credit + 1e-9)  # 3 * (1/3) must pay out 1, not 0
         self.credit -= whole
         return whole
 

@@ -12,6 +12,7 @@ import torch
 from tensordict.nn import TensorDictModuleBase
 from torchrl.collectors import BaseCollector, Collector, MultiAsyncCollector
 
+from dreamer.compile import compile_kwargs
 from dreamer.config import Config
 from dreamer.envs import env_factory
 
@@ -40,6 +41,9 @@ def make_collector(
     ]
     common = dict(
         policy=policy,
+        # Compiled in each worker process, never shipped compiled (torchrl
+        # wraps it with compile_with_warmup: the first call runs eager).
+        compile_policy=compile_kwargs(cfg.compile) if c.compile_policy else None,
         total_frames=-1,
         init_random_frames=random_frames,
         policy_device=torch.device(c.device),

@@ -79,6 +79,9 @@ class CollectorConfig:
     weight_sync_every: int = 10
     # Device the policy runs on inside workers ("cpu" keeps GPUs for learning).
     device: str = "cpu"
+    # torch.compile the acting policy inside each worker (with the compile.*
+    # backend/options): every worker compiles and warms its own copy.
+    compile_policy: bool = False
 
 
 @dataclass
@@ -216,6 +219,9 @@ def register_configs() -> None:
     ConfigStore.instance().store(name="dreamer_schema", node=omegaconf_schema(Config))
 
 
+_SCALARS = {int: (int,), float: (int, float), bool: (bool,), str: (str,)}
+
+
 def _check_value(path: str, tp: Any, value: Any) -> None:
     origin = get_origin(tp)
     if origin is Union:
@@ -223,6 +229,11 @@ def _check_value(path: str, tp: Any, value: Any) -> None:
             return
         tp = next(a for a in get_args(tp) if a is not type(None))
         origin = get_origin(tp)
+    if tp in _SCALARS:
+        ok = isinstance(value, _SCALARS[tp]) and not (tp is not bool and isinstance(value, bool))
+        if not ok:
+            raise UserError(f"{path}={value!r} must be a {tp.__name__}")
+        return
     if origin is Literal:
         allowed = get_args(tp)
         if value not in allowed:
@@ -269,6 +280,8 @@ def validate(cfg: Config) -> Config:
             f"compile.mode={cfg.compile.mode} and compile.options are both set; torch.compile "
             "accepts only one: add compile.options=null or compile.mode=null"
         )
+    if cfg.threads is not None and cfg.threads <= 0:
+        raise UserError(f"threads={cfg.threads} must be > 0 (or null for automatic)")
     if cfg.collector.num_workers is not None and cfg.collector.num_workers < 0:
         raise UserError(f"collector.num_workers={cfg.collector.num_workers} must be >= 0")
     if cfg.buffer.batch_length > cfg.env.max_episode_steps:

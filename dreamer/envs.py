@@ -106,8 +106,12 @@ def _available(backend: str) -> list[str]:
 
         return sorted(f"{d}-{t}" for d, t in suite.ALL_TASKS)
     import ale_py
+    import gymnasium
 
-    return sorted(ale_py.roms.get_all_rom_ids())
+    gymnasium.register_envs(ale_py)
+    return sorted(
+        k[len("ALE/"):-len("-v5")] for k in gymnasium.registry if k.startswith("ALE/") and k.endswith("-v5")
+    )
 
 
 def _unknown(env_cfg: EnvConfig) -> UserError:
@@ -207,8 +211,9 @@ def make_env(
         frame_shape = base.observation_spec[PIXELS_KEY].shape
         if tuple(frame_shape[-3:-1]) != (env_cfg.render_size, env_cfg.render_size):
             transforms.append(DownsampleUInt8(env_cfg.render_size))
+    # dm_control speaks float64 (observations, actions, rewards); the networks float32.
+    transforms.append(DoubleToFloat())
     if obs_key == VECTOR_KEY:
-        transforms.append(DoubleToFloat())
         vector_keys = [k for k in base.observation_spec.keys() if k != PIXELS_KEY]
         if vector_keys != [VECTOR_KEY]:
             # dm_control splits its state (position, velocity, ...): one flat vector.
@@ -238,10 +243,23 @@ def env_factory(env_cfg: EnvConfig, *, state_dim: int, belief_dim: int, seed: in
     )
 
 
+def close_env(env: EnvBase) -> None:
+    """Close an env, freeing dm_control's GL contexts first.
+
+    A dm_control pixel env that is merely closed leaves its rendering contexts
+    to the cyclic garbage collector, whose finaliser can deadlock the process
+    (osmesa: every time). Freeing the physics releases them here, in order.
+    """
+    base = getattr(env, "base_env", env)
+    physics = getattr(getattr(base, "_env", None), "physics", None)
+    if physics is not None and callable(getattr(physics, "free", None)):
+        physics.free()
+    env.close()
+
+
 def check_env(env_cfg: EnvConfig) -> None:
     """Fail fast in the main process (one line) instead of inside a worker."""
-    env = make_env(env_cfg, state_dim=1, belief_dim=1)
-    env.close()
+    close_env(make_env(env_cfg, state_dim=1, belief_dim=1))
 
 
 def is_discrete(env: EnvBase) -> bool:
@@ -252,5 +270,5 @@ def is_discrete(env: EnvBase) -> bool:
 
 __all__ = [
     "PIXELS_KEY", "VECTOR_KEY", "observation_key", "configure_mujoco_gl", "make_env",
-    "env_factory", "check_env", "is_discrete", "DownsampleUInt8",
+    "env_factory", "check_env", "close_env", "is_discrete", "DownsampleUInt8",
 ]

@@ -88,7 +88,9 @@ class DreamerV1Learner:
             models.actor, models.value, models.model_based_env,
             imagination_horizon=a.imagination_horizon, discount_loss=True,
         )
-        self.actor_loss.make_value_estimator(gamma=a.gamma, lmbda=a.lmbda)
+        # vectorized=True (torchrl's default here) calls .item() in every update:
+        # a host sync on CUDA. The loop version is sync-free.
+        self.actor_loss.make_value_estimator(gamma=a.gamma, lmbda=a.lmbda, vectorized=False)
         self.value_loss = DreamerValueLoss(models.value, discount_loss=True, gamma=a.gamma)
         # Called through these; compile() swaps in compiled versions.
         self._actor_loss_fn = self.actor_loss

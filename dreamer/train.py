@@ -15,7 +15,7 @@ from dreamer import checkpoint as ckpt
 from dreamer.cadence import Every, Ratio
 from dreamer.collectors import make_collector, resolve_num_workers
 from dreamer.config import Config, load_config, to_dict
-from dreamer.envs import check_env, make_env
+from dreamer.envs import check_env, close_env, make_env
 from dreamer.evaluation import EvalResult, evaluate
 from dreamer.learner import DreamerV1Learner
 from dreamer.models import build_models
@@ -24,6 +24,9 @@ from dreamer.resources import resolve_autocast, resolve_device, resolve_threads
 from dreamer.run_logger import RunLogger
 
 log = logging.getLogger("dreamer")
+
+# algo.name -> (networks builder, learner class)
+ALGORITHMS = {"dreamer_v1": (build_models, DreamerV1Learner)}
 
 # Keys a resumed run may change; everything else comes from the saved config.
 RESUME_OVERRIDABLE = ("train.total_frames", "logger", "eval", "checkpoint", "resume")
@@ -73,9 +76,10 @@ class Trainer:
 
         a = cfg.algo
         proof_env = make_env(cfg.env, state_dim=a.state_dim, belief_dim=a.rssm_hidden_dim, seed=cfg.seed)
-        self.models = build_models(cfg, proof_env, self.device)
+        build, learner_cls = ALGORITHMS[cfg.algo.name]
+        self.models = build(cfg, proof_env, self.device)
         step_bytes = bytes_per_step(proof_env.rollout(1), self.models.obs_key)
-        proof_env.close()
+        close_env(proof_env)
         need = check_capacity(cfg, step_bytes)
         log.info("replay: %d steps x %d bytes = %.2f GiB", cfg.buffer.capacity, step_bytes, need / 2**30)
 
@@ -88,7 +92,7 @@ class Trainer:
             cfg, self.models.policy(explore=True), random_frames=random_frames, learner_threads=threads
         )
 
-        self.learner = DreamerV1Learner(cfg, self.models, self.device, autocast)
+        self.learner = learner_cls(cfg, self.models, self.device, autocast)
         self.replay = make_replay_buffer(cfg, self.device)
         self.learner.compile()
         self.eval_env = make_env(
@@ -233,6 +237,7 @@ class Trainer:
         }
         self.logger.write_summary(summary)
         self.logger.close()
+        close_env(self.eval_env)
         return summary
 
 

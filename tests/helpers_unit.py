@@ -125,3 +125,6 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+from dreamer.envs import close_env  # noqa: E402,F401  (re-exported for the tests)

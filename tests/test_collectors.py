@@ -25,6 +25,7 @@ class DynamoProbe(nn.Module):
     """Reports, from inside whichever process runs the policy, its pid, how many
     frames dynamo has compiled there, and whether it inherited parent state."""
 
+    @torch._dynamo.disable  # read the live counter even inside a compiled policy
     def forward(self, action: torch.Tensor) -> tuple[torch.Tensor, ...]:
         import torch._dynamo.utils as dynamo_utils
 
@@ -115,3 +116,26 @@ def test_workers_act_with_the_weights_the_learner_pushes():
         assert (next(batches)["probe_marker"] == 7.0).all()
     finally:
         collector.shutdown()
+
+
+def test_compile_policy_compiles_inside_each_worker_not_in_the_parent():
+    import torch._dynamo.utils as dynamo_utils
+
+    cfg = tiny_config()
+    cfg.collector.compile_policy = True
+    env = make_env(cfg.env, state_dim=4, belief_dim=8)
+    models = build_models(cfg, env, torch.device("cpu"))
+    probe = TensorDictModule(DynamoProbe(), in_keys=["action"], out_keys=["probe_pid", "probe_dynamo_frames", "probe_inherited"])
+    policy = TensorDictSequential(models.policy(explore=True), probe)
+    frames_before = dynamo_utils.counters["frames"]["total"]
+    collector = make_collector(cfg, policy, random_frames=0, learner_threads=1)
+    try:
+        batches = iter(collector)
+        for _ in range(3):
+            batch = next(batches)
+    finally:
+        collector.shutdown()
+    # The worker compiled its own policy (frames counted in the worker)...
+    assert (batch["probe_dynamo_frames"] > 0).all()
+    # ...and the parent compiled nothing for it.
+    assert dynamo_utils.counters["frames"]["total"] == frames_before

@@ -3,6 +3,7 @@ never talks to the host, actions respect the env's bounds."""
 
 from __future__ import annotations
 
+import copy
 import io
 import math
 
@@ -15,7 +16,13 @@ from dreamer.envs import make_env
 from dreamer.learner import METRIC_NAMES, DreamerV1Learner, MetricsAccumulator
 from dreamer.models import build_models
 from dreamer.replay import stored_keys
-from helpers_unit import CallCounter, single_thread, spy_tensor_methods, tiny_config  # noqa: F401
+from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
+    CallCounter,
+    close_env,
+    single_thread,
+    spy_tensor_methods,
+    tiny_config,
+)
 
 CPU = torch.device("cpu")
 PARTS = ("encoder", "decoder", "prior", "posterior", "reward", "actor", "value")
@@ -35,7 +42,7 @@ def _setup(pixels: bool, **env_overrides):
         with torch.no_grad():
             rollout = env.rollout(steps, models.policy(explore=True), break_when_any_done=False)
     except BaseException:
-        env.close()
+        close_env(env)
         raise
     batch = rollout.select(*stored_keys(models.obs_key), strict=False)
     assert batch.shape == (steps,)
@@ -46,14 +53,14 @@ def _setup(pixels: bool, **env_overrides):
 def state_setup():
     cfg, env, batch = _setup(pixels=False)
     yield cfg, env, batch
-    env.close()
+    close_env(env)
 
 
 @pytest.fixture(scope="module")
 def pixel_setup():
     cfg, env, batch = _setup(pixels=True)
     yield cfg, env, batch
-    env.close()
+    close_env(env)
 
 
 def _learner(cfg, env, seed=0, device=CPU):
@@ -75,6 +82,7 @@ def _snapshot(learner):
 @pytest.mark.parametrize("setup", ["state_setup", "pixel_setup"])
 def test_updates_change_every_parameter_and_report_finite_metrics(setup, request):
     cfg, env, batch = request.getfixturevalue(setup)
+    cfg = copy.deepcopy(cfg)
     # With free nats the KL is clamped and the prior head gets no gradient while
     # KL < free_nats (Dreamer's intent); without them every weight must learn.
     cfg.algo.free_nats = 0.0
@@ -102,7 +110,7 @@ def test_updates_change_every_parameter_and_report_finite_metrics(setup, request
 
 def test_world_model_parts_train_with_default_free_nats(state_setup):
     cfg, env, batch = state_setup
-    cfg.algo.free_nats = 3.0
+    assert cfg.algo.free_nats == 3.0  # the default
     learner = _learner(cfg, env)
     before = _snapshot(learner)
     for _ in range(2):
@@ -112,13 +120,37 @@ def test_world_model_parts_train_with_default_free_nats(state_setup):
         assert any(not torch.equal(p.detach(), before[part][n]) for n, p in params.items()), part
 
 
-def test_update_does_not_modify_the_sampled_batch(state_setup):
+@pytest.mark.parametrize("reward_scale", [1.0, 0.5])
+def test_update_does_not_modify_the_sampled_batch(state_setup, reward_scale):
     cfg, env, batch = state_setup
+    cfg = copy.deepcopy(cfg)
+    cfg.algo.reward_scale = reward_scale
     learner = _learner(cfg, env)
     sample = batch.clone()
     learner.update(sample)
     assert sample.shape == batch.shape
     assert (sample == batch).all()
+
+
+def test_reward_scale_is_what_the_reward_head_learns(state_setup):
+    # Training with reward_scale=s on rewards r is training on rewards s*r.
+    cfg, env, batch = state_setup
+    scale = 0.25
+    scaled_cfg = copy.deepcopy(cfg)
+    scaled_cfg.algo.reward_scale = scale
+    scaled_batch = batch.clone()
+    scaled_batch["next", "reward"] = batch["next", "reward"] * scale
+
+    results = []
+    for c, b in ((scaled_cfg, batch), (cfg, scaled_batch)):
+        learner = _learner(c, env, seed=3)
+        torch.manual_seed(4)
+        learner.update(b.clone())
+        results.append((learner.flush_metrics(), dict(learner.models.modules.named_parameters())))
+    (m_scaled, p_scaled), (m_ref, p_ref) = results
+    assert m_scaled["loss_model_reward"] == pytest.approx(m_ref["loss_model_reward"], rel=1e-5)
+    for name in p_ref:
+        torch.testing.assert_close(p_scaled[name], p_ref[name], msg=name)
 
 
 def test_metrics_accumulator_means_over_the_interval():
@@ -268,7 +300,7 @@ def test_discrete_policy_emits_one_hot_env_actions():
             assert torch.equal(action.sum(-1), torch.ones(3, dtype=action.dtype))
             assert env.action_spec.is_in(action[0])
     finally:
-        env.close()
+        close_env(env)
 
 
 def test_exploration_policy_acts_in_dm_control_from_pixels():
@@ -281,4 +313,4 @@ def test_exploration_policy_acts_in_dm_control_from_pixels():
         learner.update(batch.clone())
         assert all(math.isfinite(v) for v in learner.flush_metrics().values())
     finally:
-        env.close()
+        close_env(env)
