@@ -88,9 +88,14 @@ class DreamerV1Learner:
             models.actor, models.value, models.model_based_env,
             imagination_horizon=a.imagination_horizon, discount_loss=True,
         )
-        # vectorized=True (torchrl's default here) calls .item() in every update:
-        # a host sync on CUDA. The loop version is sync-free.
-        self.actor_loss.make_value_estimator(gamma=a.gamma, lmbda=a.lmbda, vectorized=False)
+        # time_dim=-2: DreamerActorLoss hands the estimator a batch-less tensordict
+        # of (N, H, 1) tensors, so by default it recurses over the trailing
+        # singleton dim and every "lambda-return" collapses to r_t + gamma * V_t+1.
+        # vectorized=False: the vectorized form calls .item() every update (a host
+        # sync on CUDA); the loop form is sync-free.
+        self.actor_loss.make_value_estimator(
+            gamma=a.gamma, lmbda=a.lmbda, vectorized=False, time_dim=-2
+        )
         self.value_loss = DreamerValueLoss(models.value, discount_loss=True, gamma=a.gamma)
         # Called through these; compile() swaps in compiled versions.
         self._actor_loss_fn = self.actor_loss

@@ -314,3 +314,29 @@ def test_exploration_policy_acts_in_dm_control_from_pixels():
         assert all(math.isfinite(v) for v in learner.flush_metrics().values())
     finally:
         close_env(env)
+
+
+def _reference_lambda_returns(reward, next_value, gamma, lmbda):
+    """Dreamer's lambda-return over the imagination horizon (dim -2), by its recursion:
+    G_t = r_t + gamma * ((1 - lmbda) * V_t+1 + lmbda * G_t+1), G_H-1 = r_H-1 + gamma * V_H."""
+    horizon = reward.shape[-2]
+    returns = torch.empty_like(reward)
+    following = next_value[..., -1, :]
+    for t in reversed(range(horizon)):
+        bootstrap = next_value[..., t, :] if t == horizon - 1 else (
+            (1 - lmbda) * next_value[..., t, :] + lmbda * following
+        )
+        returns[..., t, :] = reward[..., t, :] + gamma * bootstrap
+        following = returns[..., t, :]
+    return returns
+
+
+def test_actor_targets_are_lambda_returns_over_the_imagination_horizon(state_setup):
+    cfg, env, _ = state_setup
+    learner = _learner(cfg, env)
+    torch.manual_seed(1)
+    reward = torch.randn(6, cfg.algo.imagination_horizon, 1)
+    next_value = torch.randn(6, cfg.algo.imagination_horizon, 1)
+    expected = _reference_lambda_returns(reward, next_value, cfg.algo.gamma, cfg.algo.lmbda)
+    got = learner.actor_loss.lambda_target(reward, next_value)
+    torch.testing.assert_close(got, expected)
