@@ -5,8 +5,10 @@ memory-relevant settings -- DMC cheetah-run from 64x64 pixels, action repeat 2,
 one collector, batch 16x50, 100k-step buffer) and samples the RSS of the whole
 process tree every --interval seconds until it exits or --seconds pass.
 
-The buffer is allocated in full at its first write, so a run that reaches
-learning already holds its peak replay memory.
+The buffer's pages are only resident once written, so a short run holds
+part of it: the script also reports the projection to a full buffer,
+peak + (capacity - steps stored) x bytes per stored step (from the run's
+log line "replay: N steps x B bytes" and its metrics.jsonl).
 
     python scripts/benchmark_memory.py --seconds 240 --json out.json
 """
@@ -40,6 +42,22 @@ def tree_rss(proc: psutil.Process) -> int:
     return total
 
 
+def _replay_line(run_dir: str) -> tuple[int, int]:
+    import re
+
+    text = open(os.path.join(run_dir, "dreamer.log")).read()
+    match = re.search(r"replay: (\d+) steps x (\d+) bytes", text)
+    return int(match.group(1)), int(match.group(2))
+
+
+def _last_frames(run_dir: str) -> int:
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return 0
+    lines = open(path).read().splitlines()
+    return json.loads(lines[-1])["frames"] if lines else 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", default=RECIPE_LIKE)
@@ -63,8 +81,16 @@ def main() -> None:
     if proc.poll() is None:
         proc.terminate()
         proc.wait(timeout=60)
-    result = {"peak_rss_gib": peak / 2**30, "recipe_peak_rss_gib": args.recipe_gib,
-              "rss_ratio_vs_recipe": peak / 2**30 / args.recipe_gib, "command": " ".join(cmd)}
+    capacity, step_bytes = _replay_line(run_dir)
+    frames = _last_frames(run_dir)
+    repeat = 2 if "env=dmc" in args.overrides else 1
+    stored = min(capacity, frames // repeat)
+    full = peak + (capacity - stored) * step_bytes
+    result = {
+        "peak_rss_gib": peak / 2**30, "steps_stored": stored, "bytes_per_step": step_bytes,
+        "projected_full_buffer_rss_gib": full / 2**30, "recipe_peak_rss_gib": args.recipe_gib,
+        "rss_ratio_vs_recipe": full / 2**30 / args.recipe_gib, "command": " ".join(cmd),
+    }
     print(json.dumps(result, indent=2))
     if args.json:
         with open(args.json, "w") as f:
