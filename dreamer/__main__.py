@@ -26,7 +26,7 @@ def main(dict_cfg: DictConfig) -> None:
     # compiler / CUDA state the parent has).
     mp.set_start_method("spawn", force=True)
     try:
-        cfg = load_config(dict_cfg)
+        cfg = load_config(dict_cfg, environ=os.environ)
         from dreamer.train import train
 
         summary = train(cfg, Path(HydraConfig.get().runtime.output_dir))

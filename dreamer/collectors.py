@@ -7,6 +7,7 @@ so workers start clean (spawn, not fork) and never inherit compiler state.
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 import torch
 from tensordict.nn import TensorDictModuleBase
@@ -25,12 +26,15 @@ def resolve_num_workers(cfg: Config) -> int:
 
 
 def make_collector(
-    cfg: Config, policy: TensorDictModuleBase, *, random_frames: int, learner_threads: int
+    cfg: Config, policy: TensorDictModuleBase, *, random_frames: int, learner_threads: int,
+    worker_hook: Callable | None = None,
 ) -> BaseCollector:
     """An endless collector yielding (frames_per_batch,) batches from one env each.
 
     ``random_frames`` agent steps (summed over workers) use random actions
-    first; 0 on resume.
+    first; 0 on resume. ``worker_hook`` runs in each worker process after each
+    of its rollouts (the profiler's tracer); an in-process collector (0
+    workers) does not run it, as the learner's own trace covers collection.
     """
     workers = resolve_num_workers(cfg)
     c = cfg.collector
@@ -54,6 +58,7 @@ def make_collector(
         return Collector(factories[0], frames_per_batch=c.frames_per_batch, **common)
     return MultiAsyncCollector(
         factories,
+        post_collect_hook=worker_hook,
         frames_per_batch=[c.frames_per_batch] * workers,
         # Without this torchrl resets the main process to (threads - workers).
         num_threads=learner_threads,

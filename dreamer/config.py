@@ -131,6 +131,21 @@ class CheckpointConfig:
 
 
 @dataclass
+class ProfilingConfig:
+    # Usually set from the environment (PROF_ENABLED, PROF_ITERATIONS,
+    # PROF_OUTPUT_DIR, PROF_MODE), read once in load_config.
+    enabled: bool = False
+    # Learner updates traced, both ends included (PROF_ITERATIONS=50-55);
+    # collector workers trace the same wall-clock window.
+    first_update: int = 50
+    last_update: int = 55
+    # Per-process traces and merged_trace.json land here (relative to the cwd).
+    output_dir: str = "traces"
+    # lite: CPU (+CUDA) activity and our named ranges; full: also shapes, memory, stacks.
+    mode: Literal["lite", "full"] = "lite"
+
+
+@dataclass
 class TrainConfig:
     total_frames: int = 40_000  # env frames (agent steps x action repeat)
     # Replayed steps per agent step: updates/step = ratio / (batch_size*batch_length).
@@ -148,6 +163,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     # Intra-op threads for the learner; null = cores left after the workers.
@@ -170,7 +186,7 @@ _POSITIVE = [
     "collector.frames_per_batch", "collector.weight_sync_every",
     "buffer.capacity", "buffer.batch_size", "buffer.batch_length",
     "logger.log_every", "eval.every", "eval.episodes", "checkpoint.every",
-    "checkpoint.keep", "train.total_frames", "train.train_ratio",
+    "checkpoint.keep", "train.total_frames", "train.train_ratio", "profiling.first_update",
 ]
 _NON_NEGATIVE = [
     "collector.init_random_frames", "buffer.prefetch", "compile.warmup_iters",
@@ -303,18 +319,57 @@ def validate(cfg: Config) -> Config:
             f"env.image_size={cfg.env.image_size}: Dreamer V1's conv encoder/decoder are "
             "built for 64x64 frames; set env.image_size=64"
         )
+    if cfg.profiling.last_update < cfg.profiling.first_update:
+        raise UserError(
+            f"profiling window {cfg.profiling.first_update}-{cfg.profiling.last_update} is empty: "
+            "the last update must be >= the first (PROF_ITERATIONS=50-55)"
+        )
     if not (cfg.device in ("auto", "cpu") or cfg.device.startswith("cuda")):
         raise UserError(f"device={cfg.device!r} is not allowed; choose auto, cpu, cuda or cuda:N")
     return cfg
 
 
-def load_config(dict_cfg: Any) -> Config:
-    """Composed Hydra/OmegaConf config (or a plain dict) -> validated Config."""
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+def profiling_from_env(environ: typing.Mapping[str, str]) -> dict:
+    """The profiling.* keys set by PROF_* environment variables (the profiling
+    workflow's interface); read here, once, so nothing deeper reads the environment."""
+    out: dict = {}
+    if "PROF_ENABLED" in environ:
+        flag = environ["PROF_ENABLED"].strip().lower()
+        if flag not in _TRUE + _FALSE:
+            raise UserError(f"PROF_ENABLED={environ['PROF_ENABLED']!r} must be 1 or 0")
+        out["enabled"] = flag in _TRUE
+    if "PROF_ITERATIONS" in environ:
+        text = environ["PROF_ITERATIONS"]
+        first, sep, last = text.partition("-")
+        if not (first.strip().isdigit() and (not sep or last.strip().isdigit())):
+            raise UserError(f"PROF_ITERATIONS={text!r} must be FIRST-LAST learner updates, e.g. 50-55")
+        out["first_update"] = int(first)
+        out["last_update"] = int(last) if sep else int(first)
+    if "PROF_OUTPUT_DIR" in environ:
+        out["output_dir"] = environ["PROF_OUTPUT_DIR"]
+    if "PROF_MODE" in environ:
+        out["mode"] = environ["PROF_MODE"].strip().lower()
+    return out
+
+
+def load_config(dict_cfg: Any, environ: Optional[typing.Mapping[str, str]] = None) -> Config:
+    """Composed Hydra/OmegaConf config (or a plain dict) -> validated Config.
+
+    ``environ`` (the process environment, passed by the entry point) may set
+    the profiling keys through PROF_* variables; they win over the YAML.
+    """
     from omegaconf import DictConfig, OmegaConf
 
     if isinstance(dict_cfg, DictConfig):
         dict_cfg = OmegaConf.to_container(dict_cfg, resolve=True)
     dict_cfg = {k: v for k, v in dict_cfg.items() if k != "hydra"}
+    from_env = profiling_from_env(environ or {})
+    if from_env:
+        dict_cfg["profiling"] = {**(dict_cfg.get("profiling") or {}), **from_env}
     return validate(_build(Config, dict_cfg, ""))
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 import tqdm
+from torch.profiler import record_function
 
 from dreamer import checkpoint as ckpt
 from dreamer.cadence import Every, Ratio
@@ -19,6 +20,7 @@ from dreamer.envs import check_env, close_env, make_env
 from dreamer.evaluation import EvalResult, evaluate
 from dreamer.learner import DreamerV1Learner
 from dreamer.models import build_models
+from dreamer.profiling import TraceWindow
 from dreamer.replay import bytes_per_step, check_capacity, make_replay_buffer, write
 from dreamer.resources import resolve_autocast, resolve_device, resolve_threads
 from dreamer.run_logger import RunLogger
@@ -29,7 +31,7 @@ log = logging.getLogger("dreamer")
 ALGORITHMS = {"dreamer_v1": (build_models, DreamerV1Learner)}
 
 # Keys a resumed run may change; everything else comes from the saved config.
-RESUME_OVERRIDABLE = ("train.total_frames", "logger", "eval", "checkpoint", "resume")
+RESUME_OVERRIDABLE = ("train.total_frames", "logger", "eval", "checkpoint", "resume", "profiling")
 
 
 @dataclass
@@ -87,9 +89,11 @@ class Trainer:
         random_frames = cfg.collector.init_random_frames
         if self.resumed_state is not None:
             random_frames = 0  # the policy is trained already
+        self.trace_window = TraceWindow(cfg.profiling)
         # Collectors first: workers are spawned before any compile state exists.
         self.collector = make_collector(
-            cfg, self.models.policy(explore=True), random_frames=random_frames, learner_threads=threads
+            cfg, self.models.policy(explore=True), random_frames=random_frames, learner_threads=threads,
+            worker_hook=self.trace_window.collector_hook(),
         )
 
         self.learner = learner_cls(cfg, self.models, self.device, autocast)
@@ -187,7 +191,8 @@ class Trainer:
         steady_start, updates0, frames0 = None, n.updates, n.frames
         try:
             for batch in self.collector:
-                steps = write(self.replay, batch, obs_key)
+                with record_function("## collect/write ##"):
+                    steps = write(self.replay, batch, obs_key)
                 n.steps += steps
                 n.frames += steps * cfg.env.action_repeat
                 bar.update(steps * cfg.env.action_repeat)
@@ -200,7 +205,10 @@ class Trainer:
                     steady_start, updates0, frames0 = time.perf_counter(), n.updates, n.frames
                     n.timers["eval_s"] = 0.0
                 for _ in range(self.ratio.owed(steps)):
-                    self.learner.update(self.replay.sample())
+                    with self.trace_window.update(n.updates + 1):
+                        with record_function("## train/sample ##"):
+                            sample = self.replay.sample()
+                        self.learner.update(sample)
                     n.updates += 1
                     if self.sync_weights(n.updates):
                         self.collector.update_policy_weights_()
@@ -219,6 +227,7 @@ class Trainer:
         finally:
             bar.close()
             self.collector.shutdown()
+            self.trace_window.finish()
         if steady_start is None:
             steady_start = time.perf_counter()
         steady = max(time.perf_counter() - steady_start - n.timers["eval_s"], 1e-9)
