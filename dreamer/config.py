@@ -115,6 +115,9 @@ class LoggerConfig:
     mode: Literal["offline", "online", "disabled"] = "offline"
     log_every: int = 50  # updates between metric syncs
     progress_bar: bool = True
+    # W&B run grouping (e.g. one group per sweep or ablation) and free-form tags.
+    group: Optional[str] = None
+    tags: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -249,6 +252,12 @@ def _check_value(path: str, tp: Any, value: Any) -> None:
         ok = isinstance(value, _SCALARS[tp]) and not (tp is not bool and isinstance(value, bool))
         if not ok:
             raise UserError(f"{path}={value!r} must be a {tp.__name__}")
+        return
+    if origin is list:
+        if not isinstance(value, list):
+            raise UserError(f"{path}={value!r} must be a list, e.g. {path}=[a,b]")
+        for index, item in enumerate(value):
+            _check_value(f"{path}[{index}]", get_args(tp)[0], item)
         return
     if origin is Literal:
         allowed = get_args(tp)

@@ -1,4 +1,4 @@
-"""Run outputs: TorchRL logger (W&B or CSV), metrics.jsonl, videos, summary.json.
+"""Run outputs: TorchRL logger (W&B or CSV), metrics.jsonl, videos, learning curve, summary.json.
 
 Everything lands in the run directory (Hydra's output dir), so a run is one
 folder: config, metrics, checkpoints, videos, summary.
@@ -29,7 +29,7 @@ class RunLogger:
             self.logger = WandbLogger(
                 name, save_dir=str(self.run_dir), project=cfg.logger.project,
                 offline=cfg.logger.mode == "offline", mode=cfg.logger.mode,
-                config=to_dict(cfg),
+                config=to_dict(cfg), group=cfg.logger.group, tags=list(cfg.logger.tags),
                 # torchrl defaults to resume="allow", which asks the server (and
                 # prompts for a login) even offline.
                 resume=None,
@@ -54,7 +54,7 @@ class RunLogger:
         path = self.run_dir / "videos" / f"{tag}_{frames_seen:010d}.mp4"
         path.parent.mkdir(exist_ok=True)
         imageio.mimwrite(path, frames.numpy(), fps=fps, macro_block_size=1)
-        if self.logger is not None and self.logger.__class__.__name__ == "WandbLogger":
+        if self._is_wandb():
             import wandb
 
             self.logger.experiment.log({tag: wandb.Video(str(path), format="mp4")}, step=frames_seen)
@@ -64,6 +64,20 @@ class RunLogger:
         tmp = self.run_dir / ".summary.json.tmp"
         tmp.write_text(json.dumps(summary, indent=2))
         os.replace(tmp, self.run_dir / "summary.json")
+
+    def log_learning_curve(self, frames_seen: int) -> Path:
+        """learning_curve.png from this run's metrics.jsonl (and to W&B when used)."""
+        from dreamer.plots import load_run, plot_runs
+
+        path = plot_runs([load_run(self.run_dir)], self.run_dir / "learning_curve.png")
+        if self._is_wandb():
+            import wandb
+
+            self.logger.experiment.log({"learning_curve": wandb.Image(str(path))}, step=frames_seen)
+        return path
+
+    def _is_wandb(self) -> bool:
+        return self.logger is not None and self.logger.__class__.__name__ == "WandbLogger"
 
     def close(self) -> None:
         if self.logger is not None and hasattr(self.logger, "experiment"):

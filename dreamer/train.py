@@ -245,6 +245,7 @@ class Trainer:
             **{k: v for k, v in n.timers.items()},
         }
         self.logger.write_summary(summary)
+        self.logger.log_learning_curve(n.frames)
         self.logger.close()
         close_env(self.eval_env)
         return summary

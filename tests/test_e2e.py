@@ -81,19 +81,27 @@ def test_resume_continues_counters_from_the_checkpoint(smoke_run: Path):
     assert min(m["frames"] for m in new) >= before["frames"]
 
 
-def test_wandb_logger_works_offline_without_an_account(tmp_path):
+def test_wandb_run_offline_without_an_account_carries_config_tags_curve_and_video(tmp_path):
     run_dir = tmp_path / "run"
     env_without_key = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     result = subprocess.run(
         [sys.executable, "-m", "dreamer", "experiment=smoke", "logger=wandb", "compile=off",
-         "train.total_frames=300", "eval.video=false", f"hydra.run.dir={run_dir}",
-         "logger.progress_bar=false"],
+         "train.total_frames=300", f"hydra.run.dir={run_dir}", "logger.progress_bar=false",
+         "logger.group=ci-group", "logger.tags=[ci-tag]", "algo.imagination_horizon=4"],
         cwd=ROOT, env={**env_without_key, "SDL_VIDEODRIVER": "dummy", "HOME": str(tmp_path)},
         capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert list((run_dir / "wandb").glob("offline-run-*"))
+    (offline,) = (run_dir / "wandb").glob("offline-run-*")
     assert (run_dir / "summary.json").exists()
+    assert list((offline / "files" / "media" / "videos").glob("eval_video_*.mp4"))
+    assert list((offline / "files" / "media" / "images").glob("learning_curve_*.png"))
+    assert (run_dir / "learning_curve.png").exists()
+    # wandb 0.31 has no Python reader for its .wandb record log; its strings are stored as is.
+    (records,) = offline.glob("*.wandb")
+    data = records.read_bytes()
+    for text in (b"ci-group", b"ci-tag", b"imagination_horizon", b"eval_return_mean", b"loss_model_kl"):
+        assert text in data, text
 
 
 @pytest.mark.parametrize(

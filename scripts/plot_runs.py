@@ -1,0 +1,38 @@
+"""Plot eval return vs frames (mean ± std over seeds) and updates/s for runs.
+
+    python scripts/plot_runs.py multirun/smoke/2026-11-22_10-00-00 --out seeds.png
+    python scripts/plot_runs.py outputs/default/RUN_A outputs/default/RUN_B
+
+Each argument is a run directory (holding metrics.jsonl) or a directory of
+them (a Hydra multirun sweep). Runs of the same experiment and env are seeds
+of one curve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dreamer.errors import UserError
+from dreamer.plots import find_runs, load_run, plot_runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    parser.add_argument("--out", type=Path, default=Path("runs.png"), help="PNG to write (default runs.png)")
+    args = parser.parse_args(argv)
+    try:
+        runs = [load_run(path) for path in find_runs(args.run_dirs)]
+        out = plot_runs(runs, args.out)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{out}: {len(runs)} runs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
