@@ -10,6 +10,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from dreamer import preemption
 from dreamer.config import load_config, register_configs
 from dreamer.errors import UserError
 
@@ -18,19 +19,27 @@ log = logging.getLogger("dreamer")
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(dict_cfg: DictConfig) -> None:
+def main(dict_cfg: DictConfig) -> dict:
     import torch.multiprocessing as mp
     from hydra.core.hydra_config import HydraConfig
 
     # Workers must start clean: spawn, never fork (fork would copy any
     # compiler / CUDA state the parent has).
     mp.set_start_method("spawn", force=True)
+    if "SLURM_JOB_ID" in os.environ:
+        # A SLURM batch job: a stop signal (--signal=...@seconds before the time
+        # limit, or preemption) checkpoints and exits 0, so the batch script can
+        # requeue it (scripts/sbatch_dreamer.sh). Under hydra-submitit-launcher
+        # the launcher installs these handlers itself.
+        preemption.install()
     try:
         cfg = load_config(dict_cfg, environ=os.environ)
         from dreamer.train import train
 
         summary = train(cfg, Path(HydraConfig.get().runtime.output_dir))
-        log.info("done: %s", {k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()})
+        state = "stopped early" if summary.get("preempted") else "done"
+        log.info("%s: %s", state, {k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()})
+        return summary  # a launcher (hydra_plugins/dreamer_launcher) reads it
     except UserError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

@@ -232,10 +232,23 @@ def omegaconf_schema(cls: type) -> type:
 
 
 def register_configs() -> None:
-    """Register the schema so conf/config.yaml can use it as its base."""
+    """Register the schema so conf/config.yaml can use it as its base, and our
+    requeueing launcher as ``hydra/launcher=submitit_local``."""
     from hydra.core.config_store import ConfigStore
+    from hydra.core.plugins import Plugins
+    from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf
 
-    ConfigStore.instance().store(name="dreamer_schema", node=omegaconf_schema(Config))
+    cs = ConfigStore.instance()
+    cs.store(name="dreamer_schema", node=omegaconf_schema(Config))
+    # submitit_local runs the very requeue path the SLURM launcher
+    # (conf/hydra/launcher/slurm.yaml) runs on a cluster. Hydra's plugin scan
+    # re-runs the plugin's own registration, so scan first, then replace it. (A
+    # YAML file of that name would trip Hydra's deprecated schema matching.)
+    Plugins.instance()
+    cs.store(
+        group="hydra/launcher", name="submitit_local", provider="dreamer",
+        node=LocalQueueConf(_target_="hydra_plugins.dreamer_launcher.requeue.RequeueingLocalLauncher"),
+    )
 
 
 _SCALARS = {int: (int,), float: (int, float), bool: (bool,), str: (str,)}

@@ -13,6 +13,7 @@ import tqdm
 from torch.profiler import record_function
 
 from dreamer import checkpoint as ckpt
+from dreamer import preemption
 from dreamer.cadence import Every, Ratio
 from dreamer.collectors import make_collector, resolve_num_workers
 from dreamer.config import Config, load_config, to_dict
@@ -222,12 +223,14 @@ class Trainer:
                     bar.set_postfix(updates=n.updates, eval=f"{self.last_eval.mean:.1f}", refresh=False)
                 else:
                     bar.set_postfix(updates=n.updates, refresh=False)
-                if n.frames >= cfg.train.total_frames:
+                if n.frames >= cfg.train.total_frames or preemption.requested():
                     break
         finally:
             bar.close()
             self.collector.shutdown()
             self.trace_window.finish()
+        if preemption.requested():
+            return self._stop_for_preemption()
         if steady_start is None:
             steady_start = time.perf_counter()
         steady = max(time.perf_counter() - steady_start - n.timers["eval_s"], 1e-9)
@@ -249,6 +252,18 @@ class Trainer:
         self.logger.close()
         close_env(self.eval_env)
         return summary
+
+
+    def _stop_for_preemption(self) -> dict:
+        """A stop signal arrived: checkpoint and return; no final eval or summary,
+        as the run is not finished (``resume=<run dir>`` continues it)."""
+        path = self.save()
+        log.info("stop requested (signal %d): checkpoint %s at frames=%d updates=%d",
+                 preemption.requested_by(), path, self.counters.frames, self.counters.updates)
+        self.logger.close()
+        close_env(self.eval_env)
+        return {"preempted": True, "run_dir": str(self.run_dir),
+                "frames": self.counters.frames, "updates": self.counters.updates}
 
 
 def train(cfg: Config, run_dir: Path) -> dict:

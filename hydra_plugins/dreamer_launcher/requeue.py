@@ -1,0 +1,65 @@
+"""Hydra launchers for SLURM (and the same code path locally) through
+hydra-submitit-launcher, with checkpoint-and-requeue on preemption.
+
+In a submitted job, stop signals (SIGUSR1/2 before the time limit, SIGTERM on
+preemption) only raise :mod:`dreamer.preemption`'s flag; the train loop
+checkpoints at its next safe point and returns. The job then hands over to
+submitit's own requeue machinery by raising submitit's preemption signal
+with submitit's handler back in place: submitit calls :meth:`checkpoint`,
+which resubmits the same job with ``resume=<run dir>`` added, and requeues it
+(``scontrol requeue`` on SLURM; a restart of the task under submitit_local).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import Any
+
+from hydra.core.utils import JobStatus
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
+    BaseSubmititLauncher,
+    LocalLauncher,
+    SlurmLauncher,
+)
+
+from dreamer import preemption
+
+log = logging.getLogger("dreamer")
+
+
+class _Requeueing(BaseSubmititLauncher):
+    _resume_from: str | None = None
+
+    def __call__(self, sweep_overrides, job_dir_key, job_num, job_id, singleton_state):
+        preemption.install()
+        try:
+            result = super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
+        finally:
+            preemption.uninstall()  # submitit's handlers are back
+        summary = result._return_value if result.status == JobStatus.COMPLETED else None
+        if isinstance(summary, dict) and summary.get("preempted"):
+            import submitit
+
+            self._resume_from = summary["run_dir"]
+            log.info("requeueing job %s to resume from %s", job_num, self._resume_from)
+            # submitit's handler now checkpoints (self.checkpoint) and requeues; it exits the process.
+            signal.raise_signal(submitit.JobEnvironment._usr_sig())
+        return result
+
+    def checkpoint(self, sweep_overrides, *args: Any, **kwargs: Any) -> Any:
+        """Called by submitit before requeueing: the same job, resuming the run."""
+        import submitit
+
+        overrides = list(sweep_overrides)
+        if self._resume_from is not None:
+            overrides = [o for o in overrides if not o.startswith("resume=")] + [f"resume={self._resume_from}"]
+        return submitit.helpers.DelayedSubmission(self, overrides, *args, **kwargs)
+
+
+class RequeueingSlurmLauncher(_Requeueing, SlurmLauncher):
+    pass
+
+
+class RequeueingLocalLauncher(_Requeueing, LocalLauncher):
+    pass
