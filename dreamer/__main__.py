@@ -10,7 +10,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from dreamer import preemption
+from dreamer import distributed, preemption
 from dreamer.config import load_config, register_configs
 from dreamer.errors import UserError
 
@@ -32,11 +32,16 @@ def main(dict_cfg: DictConfig) -> dict:
         # requeue it (scripts/sbatch_dreamer.sh). Under hydra-submitit-launcher
         # the launcher installs these handlers itself.
         preemption.install()
+    ranks = distributed.ranks_from_env(os.environ)  # torchrun's, else a single process
     try:
         cfg = load_config(dict_cfg, environ=os.environ)
         from dreamer.train import train
 
-        summary = train(cfg, Path(HydraConfig.get().runtime.output_dir))
+        distributed.setup(cfg, ranks)
+        try:
+            summary = train(cfg, Path(HydraConfig.get().runtime.output_dir), ranks)
+        finally:
+            distributed.teardown(ranks)
         state = "stopped early" if summary.get("preempted") else "done"
         log.info("%s: %s", state, {k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()})
         return summary  # a launcher (hydra_plugins/dreamer_launcher) reads it

@@ -27,7 +27,7 @@ def resolve_num_workers(cfg: Config) -> int:
 
 def make_collector(
     cfg: Config, policy: TensorDictModuleBase, *, random_frames: int, learner_threads: int,
-    worker_hook: Callable | None = None,
+    worker_hook: Callable | None = None, rank: int = 0,
 ) -> BaseCollector:
     """An endless collector yielding (frames_per_batch,) batches from one env each.
 
@@ -35,12 +35,13 @@ def make_collector(
     first; 0 on resume. ``worker_hook`` runs in each worker process after each
     of its rollouts (the profiler's tracer); an in-process collector (0
     workers) does not run it, as the learner's own trace covers collection.
+    ``rank`` (data-parallel learners) gives each rank's workers their own env seeds.
     """
     workers = resolve_num_workers(cfg)
     c = cfg.collector
     factories = [
         env_factory(cfg.env, state_dim=cfg.algo.state_dim, belief_dim=cfg.algo.rssm_hidden_dim,
-                    seed=cfg.seed + 1000 * (i + 1))
+                    seed=cfg.seed + 1000 * (i + 1) + 100_000 * rank)
         for i in range(max(workers, 1))
     ]
     common = dict(

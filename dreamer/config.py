@@ -149,6 +149,12 @@ class ProfilingConfig:
 
 
 @dataclass
+class DistributedConfig:
+    # Under torchrun: nccl on CUDA, gloo on CPU (auto picks by device).
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+
+
+@dataclass
 class TrainConfig:
     total_frames: int = 40_000  # env frames (agent steps x action repeat)
     # Replayed steps per agent step: updates/step = ratio / (batch_size*batch_length).
@@ -167,6 +173,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     # Intra-op threads for the learner; null = cores left after the workers.

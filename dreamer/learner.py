@@ -111,6 +111,9 @@ class DreamerV1Learner:
             "value": _adam(self.value_params, a.value_lr, a.adam_eps, device),
         }
         self.metrics = MetricsAccumulator(METRIC_NAMES, device)
+        # Data-parallel learners average each phase's gradients across ranks
+        # here (dreamer.distributed.GradientAverager); None on one process.
+        self.grad_sync = None
         self._vector_as_image = VectorAsImage()
 
     # -- data -----------------------------------------------------------------
@@ -169,6 +172,8 @@ class DreamerV1Learner:
         opt = self.optimizers[name]
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if self.grad_sync is not None:
+            self.grad_sync(params)
         grad_norm = clip_grad_norm_(params, self.grad_clip)
         opt.step()
         return grad_norm

@@ -12,6 +12,7 @@ after the collectors shut down, :func:`merge_traces` writes
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -95,8 +96,10 @@ class TraceWindow:
     """The learner side: ``with window.update(n):`` around update number ``n``
     (counted from 1) traces updates ``first_update``..``last_update``."""
 
-    def __init__(self, cfg: ProfilingConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: ProfilingConfig, active: bool = True):
+        # active=False: a data-parallel rank other than 0 (rank 0 traces the window).
+        self.cfg = dataclasses.replace(cfg, enabled=cfg.enabled and active)
+        cfg = self.cfg
         self.output_dir = Path(cfg.output_dir)
         self._profiler: profile | None = None
         self._finished = False

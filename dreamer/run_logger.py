@@ -17,11 +17,16 @@ from dreamer.config import Config, to_dict
 
 
 class RunLogger:
-    def __init__(self, cfg: Config, run_dir: Path):
+    """``enabled=False`` (data-parallel ranks other than 0) writes nothing."""
+
+    def __init__(self, cfg: Config, run_dir: Path, enabled: bool = True):
+        self.enabled = enabled
         self.run_dir = Path(run_dir)
+        self.logger: Logger | None = None
+        if not enabled:
+            return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
-        self.logger: Logger | None = None
         name = f"{cfg.experiment}-{cfg.env.name}-s{cfg.seed}"
         if cfg.logger.backend == "wandb":
             from torchrl.record.loggers.wandb import WandbLogger
@@ -39,6 +44,8 @@ class RunLogger:
 
     def log(self, record: dict) -> None:
         """One line of metrics.jsonl (frames and updates always present)."""
+        if not self.enabled:
+            return
         with open(self.metrics_path, "a") as f:
             f.write(json.dumps(record) + "\n")
         if self.logger is not None:
@@ -61,12 +68,16 @@ class RunLogger:
         return path
 
     def write_summary(self, summary: dict) -> None:
+        if not self.enabled:
+            return
         tmp = self.run_dir / ".summary.json.tmp"
         tmp.write_text(json.dumps(summary, indent=2))
         os.replace(tmp, self.run_dir / "summary.json")
 
-    def log_learning_curve(self, frames_seen: int) -> Path:
+    def log_learning_curve(self, frames_seen: int) -> Path | None:
         """learning_curve.png from this run's metrics.jsonl (and to W&B when used)."""
+        if not self.enabled:
+            return None
         from dreamer.plots import load_run, plot_runs
 
         path = plot_runs([load_run(self.run_dir)], self.run_dir / "learning_curve.png")

@@ -13,7 +13,7 @@ import tqdm
 from torch.profiler import record_function
 
 from dreamer import checkpoint as ckpt
-from dreamer import preemption
+from dreamer import distributed, preemption
 from dreamer.cadence import Every, Ratio
 from dreamer.collectors import make_collector, resolve_num_workers
 from dreamer.config import Config, load_config, to_dict
@@ -57,16 +57,16 @@ def _resume_config(saved: dict, requested: Config) -> Config:
 
 
 class Trainer:
-    def __init__(self, cfg: Config, run_dir: Path):
+    def __init__(self, cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed.Ranks()):
         self.resumed_state = None
         if cfg.resume:
             run_dir = Path(cfg.resume)
             self.resumed_state = ckpt.load_latest(run_dir)
             cfg = _resume_config(self.resumed_state["config"], cfg)
-        self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.cfg, self.run_dir, self.ranks = cfg, Path(run_dir), ranks
         check_env(cfg.env)  # a bad env name fails here, in one line, not in a worker
 
-        self.device = resolve_device(cfg)
+        self.device = distributed.rank_device(resolve_device(cfg), ranks)
         workers = resolve_num_workers(cfg)
         threads = resolve_threads(cfg, workers)
         torch.set_num_threads(threads)
@@ -90,11 +90,11 @@ class Trainer:
         random_frames = cfg.collector.init_random_frames
         if self.resumed_state is not None:
             random_frames = 0  # the policy is trained already
-        self.trace_window = TraceWindow(cfg.profiling)
+        self.trace_window = TraceWindow(cfg.profiling, active=ranks.is_main)
         # Collectors first: workers are spawned before any compile state exists.
         self.collector = make_collector(
             cfg, self.models.policy(explore=True), random_frames=random_frames, learner_threads=threads,
-            worker_hook=self.trace_window.collector_hook(),
+            worker_hook=self.trace_window.collector_hook(), rank=ranks.rank,
         )
 
         self.learner = learner_cls(cfg, self.models, self.device, autocast)
@@ -112,12 +112,16 @@ class Trainer:
         self.log_due = Every(cfg.logger.log_every)
         self.eval_due = Every(cfg.eval.every)
         self.checkpoint_due = Every(cfg.checkpoint.every)
-        self.logger = RunLogger(cfg, self.run_dir)
+        self.logger = RunLogger(cfg, self.run_dir, enabled=ranks.is_main)
         self.last_eval: EvalResult | None = None
         self.warm = False
         if self.resumed_state is not None:
             self._restore(self.resumed_state)
-        (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+        if ranks.enabled:
+            distributed.broadcast_module(self.models.modules)  # identical start on every rank
+            self.learner.grad_sync = distributed.GradientAverager(ranks.world_size)
+        if ranks.is_main:
+            (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
 
     # -- state ----------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -140,7 +144,9 @@ class Trainer:
         ckpt.set_rng_state(state["rng"])
         log.info("resumed from %s at frames=%d updates=%d", self.run_dir, c["frames"], c["updates"])
 
-    def save(self) -> Path:
+    def save(self) -> Path | None:
+        if not self.ranks.is_main:
+            return None  # the weights are rank 0's
         return ckpt.save_checkpoint(self.run_dir, self.state_dict(), self.counters.updates, self.cfg.checkpoint.keep)
 
     # -- phases ---------------------------------------------------------------
@@ -159,6 +165,8 @@ class Trainer:
         self.warm = True
 
     def _evaluate(self) -> None:
+        if not self.ranks.is_main:
+            return
         start = time.perf_counter()
         c = self.cfg
         result = evaluate(
@@ -223,7 +231,7 @@ class Trainer:
                     bar.set_postfix(updates=n.updates, eval=f"{self.last_eval.mean:.1f}", refresh=False)
                 else:
                     bar.set_postfix(updates=n.updates, refresh=False)
-                if n.frames >= cfg.train.total_frames or preemption.requested():
+                if n.frames >= cfg.train.total_frames or self._stop_requested():
                     break
         finally:
             bar.close()
@@ -234,9 +242,17 @@ class Trainer:
         if steady_start is None:
             steady_start = time.perf_counter()
         steady = max(time.perf_counter() - steady_start - n.timers["eval_s"], 1e-9)
+        rank_info = {}
+        if self.ranks.enabled:
+            rank_info = {"world_size": self.ranks.world_size,
+                         "max_param_divergence": distributed.max_divergence(self.models.modules)}
         self._evaluate()
         self.save()
+        if not self.ranks.is_main:
+            close_env(self.eval_env)
+            return {"frames": n.frames, "updates": n.updates, **rank_info}
         summary = {
+            **rank_info,
             "frames": n.frames,
             "updates": n.updates,
             "wall_s": time.perf_counter() - start,
@@ -254,6 +270,12 @@ class Trainer:
         return summary
 
 
+    def _stop_requested(self) -> bool:
+        """A stop signal here or (data-parallel) on any rank: all ranks stop together."""
+        if not self.ranks.enabled:
+            return preemption.requested()
+        return distributed.any_rank(preemption.requested(), self.device)
+
     def _stop_for_preemption(self) -> dict:
         """A stop signal arrived: checkpoint and return; no final eval or summary,
         as the run is not finished (``resume=<run dir>`` continues it)."""
@@ -266,5 +288,5 @@ class Trainer:
                 "frames": self.counters.frames, "updates": self.counters.updates}
 
 
-def train(cfg: Config, run_dir: Path) -> dict:
-    return Trainer(cfg, run_dir).run()
+def train(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed.Ranks()) -> dict:
+    return Trainer(cfg, run_dir, ranks).run()

@@ -1,0 +1,121 @@
+"""Data-parallel learners under ``torchrun``: one process per GPU (or CPU slot),
+each with its own collector group and replay buffer; gradients are averaged
+across ranks before every optimiser step, so the weights stay identical.
+Rank 0 alone logs, evaluates and checkpoints.
+
+Why an explicit gradient all-reduce rather than DDP-wrapped modules: the
+learner makes three backward passes per update (world model, actor, value)
+with three optimisers, and the world model's modules run inside TorchRL's
+DreamerModelLoss and again inside DreamerActorLoss's imagination rollout.
+DDP's reducer expects one forward and one backward per wrapped module and
+iteration; here a module takes part in several backward passes whose
+gradients are partly discarded. Averaging each phase's gradients (one
+flattened all-reduce per phase) is exact and keeps compile untouched: the
+compiled losses never see a DDP wrapper, so there is no compile-vs-DDP order
+to get wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+import torch
+import torch.distributed as dist
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+from dreamer.config import Config
+
+log = logging.getLogger("dreamer")
+
+
+@dataclass(frozen=True)
+class Ranks:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def ranks_from_env(environ: Mapping[str, str]) -> Ranks:
+    """torchrun's RANK / WORLD_SIZE / LOCAL_RANK (read once, at the entry point)."""
+    return Ranks(int(environ.get("RANK", 0)), int(environ.get("WORLD_SIZE", 1)), int(environ.get("LOCAL_RANK", 0)))
+
+
+def setup(cfg: Config, ranks: Ranks) -> None:
+    """Join the process group (torchrun's env:// rendezvous)."""
+    if not ranks.enabled:
+        return
+    backend = cfg.distributed.backend
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() and cfg.device != "cpu" else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(ranks.local_rank)
+    dist.init_process_group(backend=backend)
+    if not ranks.is_main:
+        # One voice in the shared run log.
+        log.setLevel(logging.WARNING)
+    log.info("distributed: %d ranks, backend=%s", ranks.world_size, backend)
+
+
+def teardown(ranks: Ranks) -> None:
+    if ranks.enabled and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def rank_device(device: torch.device, ranks: Ranks) -> torch.device:
+    """Each rank its own GPU (cuda -> cuda:LOCAL_RANK)."""
+    if ranks.enabled and device.type == "cuda" and device.index is None:
+        return torch.device("cuda", ranks.local_rank)
+    return device
+
+
+class GradientAverager:
+    """Called after each backward with that phase's parameters: averages their
+    gradients over the ranks in one flattened all-reduce."""
+
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+
+    def __call__(self, params: list[torch.Tensor]) -> None:
+        for p in params:
+            if p.grad is None:  # every rank must contribute the same buffer layout
+                p.grad = torch.zeros_like(p)
+        grads = [p.grad for p in params]
+        flat = _flatten_dense_tensors(grads)
+        dist.all_reduce(flat)
+        flat.div_(self.world_size)
+        for grad, averaged in zip(grads, _unflatten_dense_tensors(flat, grads)):
+            grad.copy_(averaged)
+
+
+def broadcast_module(module: torch.nn.Module) -> None:
+    """Rank 0's parameters and buffers everywhere (start and resume)."""
+    for tensor in list(module.parameters()) + list(module.buffers()):
+        dist.broadcast(tensor.data, src=0)
+
+
+def any_rank(flag: bool, device: torch.device) -> bool:
+    """True on every rank when ``flag`` is True on at least one."""
+    value = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def max_divergence(module: torch.nn.Module) -> float:
+    """Largest |parameter - rank 0's| over all ranks (0.0: in lockstep)."""
+    flat = torch.cat([p.detach().reshape(-1).float() for p in module.parameters()])
+    reference = flat.clone()
+    dist.broadcast(reference, src=0)
+    gap = (flat - reference).abs().max()
+    dist.all_reduce(gap, op=dist.ReduceOp.MAX)
+    return float(gap)
