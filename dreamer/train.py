@@ -198,6 +198,7 @@ class Trainer:
         bar = tqdm.tqdm(total=cfg.train.total_frames, initial=n.frames, unit="frame",
                         disable=not cfg.logger.progress_bar, dynamic_ncols=True)
         steady_start, updates0, frames0 = None, n.updates, n.frames
+        stopping = False
         try:
             for batch in self.collector:
                 with record_function("## collect/write ##"):
@@ -231,13 +232,16 @@ class Trainer:
                     bar.set_postfix(updates=n.updates, eval=f"{self.last_eval.mean:.1f}", refresh=False)
                 else:
                     bar.set_postfix(updates=n.updates, refresh=False)
-                if n.frames >= cfg.train.total_frames or self._stop_requested():
+                if n.frames >= cfg.train.total_frames:
+                    break
+                if self._stop_requested():
+                    stopping = True
                     break
         finally:
             bar.close()
             self.collector.shutdown()
             self.trace_window.finish()
-        if preemption.requested():
+        if stopping:
             return self._stop_for_preemption()
         if steady_start is None:
             steady_start = time.perf_counter()
@@ -269,7 +273,6 @@ class Trainer:
         close_env(self.eval_env)
         return summary
 
-
     def _stop_requested(self) -> bool:
         """A stop signal here or (data-parallel) on any rank: all ranks stop together."""
         if not self.ranks.enabled:
@@ -280,7 +283,7 @@ class Trainer:
         """A stop signal arrived: checkpoint and return; no final eval or summary,
         as the run is not finished (``resume=<run dir>`` continues it)."""
         path = self.save()
-        log.info("stop requested (signal %d): checkpoint %s at frames=%d updates=%d",
+        log.info("stop requested (signal %s): checkpoint %s at frames=%d updates=%d",
                  preemption.requested_by(), path, self.counters.frames, self.counters.updates)
         self.logger.close()
         close_env(self.eval_env)
