@@ -96,6 +96,8 @@ def kernel_kind(name: str, cat: str) -> str | None:
         return "triton kernels (compiled)"
     if name.startswith("cpp_fused") or "cpp_fused" in name:
         return "inductor C++ kernels (compiled)"
+    if name.startswith("## Call CompiledFxGraph"):
+        return "compiled graph calls"
     if name in ("Torch-Compiled Region", "CompiledFunction") or name.startswith("Torch-Compiled Region"):
         return "compiled regions entered"
     if cat == "cpu_op" and name.startswith("aten::"):
@@ -114,16 +116,16 @@ def summarize(path: Path) -> Summary:
         if ph != "X":
             continue
         cat, dur = e.get("cat", ""), float(e.get("dur", 0.0))
-        if NAMED_RANGE.match(name) and cat in ("user_annotation", "gpu_user_annotation", ""):
+        kind = kernel_kind(name, cat)
+        if kind:
+            s.kernels[kind] += 1
+        if NAMED_RANGE.match(name) and kind is None and cat in ("user_annotation", "gpu_user_annotation", ""):
             # The GPU copy of a CPU range would count it twice.
             if cat != "gpu_user_annotation":
                 s.ranges[name].add(dur)
             continue
         if name.startswith("Memcpy HtoD") or name.startswith("Memcpy DtoH"):
             s.memcpy[name[:11]].add(dur)
-        kind = kernel_kind(name, cat)
-        if kind:
-            s.kernels[kind] += 1
         if cat in ("cpu_op", "kernel", "gpu_memcpy", "gpu_memset"):
             ops_by_thread[(e.get("pid"), e.get("tid"))].append((float(e["ts"]), dur, name))
     for ops in ops_by_thread.values():
@@ -169,8 +171,10 @@ def report(s: Summary, top: int = 20) -> str:
     ranked = sorted(s.self_time.items(), key=lambda kv: kv[1].total_us, reverse=True)[:top]
     rows = [[n[:70], _ms(st.total_us), st.calls] for n, st in ranked]
     parts.append(f"Top {top} ops by self time\n" + _table(["op", "self ms", "calls"], rows))
-    kinds = ["triton kernels (compiled)", "inductor C++ kernels (compiled)", "compiled regions entered", "eager aten ops"]
-    parts.append("Kernels\n" + _table(["kind", "count"], [[k, s.kernels.get(k, 0)] for k in kinds]))
+    kinds = ["triton kernels (compiled)", "inductor C++ kernels (compiled)", "compiled graph calls",
+             "compiled regions entered", "eager aten ops"]
+    parts.append("Kernels (on CPU, Inductor's C++ kernels run inside compiled graph calls unlisted)\n"
+                 + _table(["kind", "count"], [[k, s.kernels.get(k, 0)] for k in kinds]))
     return "\n\n".join(parts)
 
 

@@ -71,6 +71,7 @@ def test_compiled_kernels_are_told_apart_from_eager_ops(tmp_path):
         {"ph": "X", "cat": "kernel", "name": "triton_poi_fused_add_0", "pid": 0, "tid": 1, "ts": 1, "dur": 1},
         {"ph": "X", "cat": "cpu_op", "name": "Torch-Compiled Region: 0/0", "pid": 1, "tid": 1, "ts": 0, "dur": 9},
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 2},
+        {"ph": "X", "cat": "cpu_op", "name": "## Call CompiledFxGraph fxabc ##", "pid": 1, "tid": 1, "ts": 1, "dur": 5},
         {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0, "tid": 2, "ts": 0, "dur": 1500},
     ]
     path = tmp_path / "t.json"
@@ -78,6 +79,7 @@ def test_compiled_kernels_are_told_apart_from_eager_ops(tmp_path):
     summary = load_analyzer().summarize(path)
     assert summary.kernels["triton kernels (compiled)"] == 1
     assert summary.kernels["compiled regions entered"] == 1
+    assert summary.kernels["compiled graph calls"] == 1 and not summary.ranges  # not one of our ranges
     assert summary.kernels["eager aten ops"] == 1
     assert summary.memcpy["Memcpy HtoD"].total_us == 1500
 
