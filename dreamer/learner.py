@@ -169,13 +169,16 @@ class DreamerV1Learner:
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
     def _step(self, name: str, loss: torch.Tensor, params: list) -> torch.Tensor:
-        opt = self.optimizers[name]
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.grad_sync is not None:
-            self.grad_sync(params)
-        grad_norm = clip_grad_norm_(params, self.grad_clip)
-        opt.step()
+        # Backward, gradient sync, clip and step of each phase: one range name, so a
+        # trace sums the optimisation work of all three phases.
+        with record_function("## train/optim ##"):
+            opt = self.optimizers[name]
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.grad_sync is not None:
+                self.grad_sync(params)
+            grad_norm = clip_grad_norm_(params, self.grad_clip)
+            opt.step()
         return grad_norm
 
     def update(self, batch: TensorDictBase) -> None:
@@ -185,8 +188,7 @@ class DreamerV1Learner:
             with self._autocast():
                 wm_td, latent = self.world_model_loss(batch)
             wm_loss = wm_td["loss_model_kl"] + wm_td["loss_model_reco"] + wm_td["loss_model_reward"]
-        with record_function("## train/optim ##"):
-            wm_grad = self._step("world_model", wm_loss, self.world_model_params)
+        wm_grad = self._step("world_model", wm_loss, self.world_model_params)
         with record_function("## train/actor ##"):
             with self._autocast():
                 actor_td, imagined = self._actor_loss_fn(latent.reshape(-1))
