@@ -99,23 +99,19 @@ class TraceWindow:
     def __init__(self, cfg: ProfilingConfig, active: bool = True):
         # active=False: a data-parallel rank other than 0 (rank 0 traces the window).
         self.cfg = dataclasses.replace(cfg, enabled=cfg.enabled and active)
-        cfg = self.cfg
-        self.output_dir = Path(cfg.output_dir)
+        self.output_dir = Path(self.cfg.output_dir)
         self._profiler: profile | None = None
         self._finished = False
-        if cfg.enabled:
+        if self.cfg.enabled:
             import torch.multiprocessing as mp
 
             ctx = mp.get_context("spawn")
             self._window_opened, self._window_closed = ctx.Event(), ctx.Event()
             self.output_dir.mkdir(parents=True, exist_ok=True)
             # Traces of an earlier run in the same directory must not be merged in.
-            for old in self.output_dir.glob(WORKER_TRACE.format(pid="*")):
-                old.unlink()
-
-    @property
-    def enabled(self) -> bool:
-        return self.cfg.enabled
+            stale = [*self.output_dir.glob(WORKER_TRACE.format(pid="*")), self.output_dir / LEARNER_TRACE]
+            for old in stale:
+                old.unlink(missing_ok=True)
 
     def collector_hook(self) -> CollectorTracer | None:
         """The hook each collector worker runs after a rollout (None when off)."""
@@ -159,7 +155,12 @@ class TraceWindow:
             (f"collector worker {p.name.split('_')[1]}", p)
             for p in sorted(self.output_dir.glob(WORKER_TRACE.format(pid="*")))
         ]
-        merged = merge_traces(sources, self.output_dir / MERGED_TRACE)
+        try:
+            merged = merge_traces(sources, self.output_dir / MERGED_TRACE)
+        except (OSError, ValueError) as err:  # e.g. a worker killed while writing its trace
+            # Called on the way out of the train loop: never hide the run's own outcome.
+            log.warning("profiling: could not merge the traces in %s (%s)", self.output_dir, err)
+            return None
         log.info("profiling: merged %d traces into %s", len(sources), merged)
         return merged
 
