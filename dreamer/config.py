@@ -105,6 +105,12 @@ class CompileConfig:
     )
     # Eager-shaped calls run on the compiled losses before the first real update.
     warmup_iters: int = 2
+    # Inductor's on-disk cache (compiled kernels); null = torch's default
+    # (/tmp/torchinductor_$USER). A persistent path makes every later start warm.
+    cache_dir: Optional[str] = None
+    # A portable cache file from an earlier run (its compile_cache.bin), loaded
+    # before compiling; each run saves its own into the run dir after warm-up.
+    cache_artifact: Optional[str] = None
 
 
 @dataclass
@@ -156,6 +162,9 @@ class Config:
     # it natively (CUDA with bf16 support). fp16 is not offered: its GradScaler
     # syncs with the host every step.
     autocast: Literal["auto", "off", "bf16"] = "auto"
+    # Conv encoder/decoder in NHWC memory (pixel tasks); same numbers, faster
+    # convolutions (scripts/benchmark_learner.py, docs/PERFORMANCE.md).
+    channels_last: bool = True
     # A run directory to continue from (its newest checkpoint and config).
     resume: Optional[str] = None
     experiment: str = "default"

@@ -130,6 +130,12 @@ def build_models(cfg: Config, env: EnvBase, device: torch.device) -> DreamerV1Mo
         modules["decoder"] = ObsDecoder(
             channels=a.encoder_channels, latent_dim=latent, out_channels=pre.out_channels, device=device
         )
+        if cfg.channels_last:
+            # NHWC is oneDNN's native conv layout on CPU (and cuDNN's fast one), and
+            # the (H, W, C) frames are already NHWC after PixelPreprocess's permute,
+            # so the encoder reads them with no transposing copy.
+            for name in ("encoder", "decoder"):
+                modules[name].to(memory_format=torch.channels_last)
         wm_encoder, wm_decoder = modules["encoder"], modules["decoder"]
     else:
         obs_dim = env.observation_spec[obs_key].shape[-1]

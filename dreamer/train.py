@@ -12,6 +12,7 @@ import torch
 import tqdm
 
 from dreamer import checkpoint as ckpt
+from dreamer import compile_cache
 from dreamer.cadence import Every, Ratio
 from dreamer.collectors import make_collector, resolve_num_workers
 from dreamer.config import Config, load_config, to_dict
@@ -29,7 +30,10 @@ log = logging.getLogger("dreamer")
 ALGORITHMS = {"dreamer_v1": (build_models, DreamerV1Learner)}
 
 # Keys a resumed run may change; everything else comes from the saved config.
-RESUME_OVERRIDABLE = ("train.total_frames", "logger", "eval", "checkpoint", "resume")
+RESUME_OVERRIDABLE = (
+    "train.total_frames", "logger", "eval", "checkpoint", "resume",
+    "compile.cache_dir", "compile.cache_artifact",
+)
 
 
 @dataclass
@@ -82,6 +86,12 @@ class Trainer:
         close_env(proof_env)
         need = check_capacity(cfg, step_bytes)
         log.info("replay: %d steps x %d bytes = %.2f GiB", cfg.buffer.capacity, step_bytes, need / 2**30)
+
+        # Before the workers spawn (they inherit the cache dir) and before any compile.
+        compile_cache.use_cache_dir(cfg.compile)
+        artifact = compile_cache.artifact_to_load(cfg.compile, self.run_dir, self.resumed_state is not None)
+        if artifact is not None and cfg.compile.enabled:
+            compile_cache.load_artifact(artifact)
 
         self.counters = Counters()
         random_frames = cfg.collector.init_random_frames
@@ -151,6 +161,8 @@ class Trainer:
         seconds = self.learner.warmup(self.replay.sample())
         self.counters.timers["compile_warmup_s"] = seconds
         log.info("compile warm-up: %.1f s", seconds)
+        if self.cfg.compile.enabled:
+            compile_cache.save_artifact(self.run_dir)  # portable: compile.cache_artifact=<this file>
         self.warm = True
 
     def _evaluate(self) -> None:

@@ -63,6 +63,8 @@ def test_smoke_run_leaves_summary_metrics_checkpoint_and_video(smoke_run: Path):
     assert any("eval_return_mean" in m for m in metrics)
     assert list((smoke_run / "checkpoints").glob("ckpt_*.pt"))
     assert list((smoke_run / "videos").glob("*.mp4"))
+    # the portable compile cache another machine can start warm from
+    assert (smoke_run / "compile_cache.bin").stat().st_size > 0
 
 
 def test_resume_continues_counters_from_the_checkpoint(smoke_run: Path):
@@ -71,9 +73,9 @@ def test_resume_continues_counters_from_the_checkpoint(smoke_run: Path):
     result = dreamer("experiment=smoke", f"resume={smoke_run}", "train.total_frames=800",
                      "logger.progress_bar=false")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"resumed from {smoke_run} at frames={before['frames']} updates={before['updates']}" in (
-        result.stdout + result.stderr
-    )
+    log = result.stdout + result.stderr
+    assert f"resumed from {smoke_run} at frames={before['frames']} updates={before['updates']}" in log
+    assert f"compile cache loaded from {smoke_run / 'compile_cache.bin'}" in log
     after = json.loads((smoke_run / "summary.json").read_text())
     assert after["frames"] >= 800 and after["updates"] > before["updates"]
     new = read_metrics(smoke_run)[n_lines:]

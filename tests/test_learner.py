@@ -340,3 +340,25 @@ def test_actor_targets_are_lambda_returns_over_the_imagination_horizon(state_set
     expected = _reference_lambda_returns(reward, next_value, cfg.algo.gamma, cfg.algo.lmbda)
     got = learner.actor_loss.lambda_target(reward, next_value)
     torch.testing.assert_close(got, expected)
+
+
+# -- memory layout -----------------------------------------------------------------
+def test_channels_last_convs_compute_the_same_update(pixel_setup):
+    """NHWC conv weights change speed, not numbers: same losses and gradients."""
+    cfg, env, batch = pixel_setup
+    results = {}
+    for layout in (False, True):
+        layout_cfg = copy.deepcopy(cfg)
+        layout_cfg.channels_last = layout
+        learner = _learner(layout_cfg, env, seed=3)
+        decoder_weight = next(learner.models.modules["decoder"].decoder.parameters())
+        assert decoder_weight.is_contiguous(memory_format=torch.channels_last) == layout
+        wm_td, _ = learner.world_model_loss(learner.prepare(batch.clone()))
+        loss = wm_td["loss_model_kl"] + wm_td["loss_model_reco"] + wm_td["loss_model_reward"]
+        loss.backward()
+        grads = [p.grad.clone() for part in ("encoder", "decoder")
+                 for p in learner.models.modules[part].parameters()]
+        results[layout] = (loss.detach(), grads)
+    torch.testing.assert_close(results[True][0], results[False][0], rtol=1e-4, atol=1e-5)
+    for nhwc, nchw in zip(results[True][1], results[False][1]):
+        torch.testing.assert_close(nhwc, nchw, rtol=1e-3, atol=1e-5)

@@ -3,6 +3,6 @@
 Nothing here imports ``dreamer``.
 """
 
-from torchrl_ext.replay import PinnedLazyTensorStorage, SliceCursorWriter
+from torchrl_ext.replay import PinnedLazyTensorStorage, PlainWriteReplayBuffer, SliceCursorWriter
 
-__all__ = ["PinnedLazyTensorStorage", "SliceCursorWriter"]
+__all__ = ["PinnedLazyTensorStorage", "PlainWriteReplayBuffer", "SliceCursorWriter"]
