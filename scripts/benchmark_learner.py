@@ -93,10 +93,11 @@ def _flags(steps: int) -> dict:
 
 # -- ours -------------------------------------------------------------------------
 class Ours:
-    name = "ours"
-
-    def __init__(self, batch_size: int, batch_length: int, compile: bool, episodes: list[dict]):
+    def __init__(self, batch_size: int, batch_length: int, compile: bool, episodes: list[dict],
+                 channels_last: bool = True):
+        self.name = "ours" if channels_last else "ours_nchw"
         cfg = Config()
+        cfg.channels_last = channels_last
         cfg.env.backend, cfg.env.name, cfg.env.from_pixels = "dm_control", "cheetah-run", True
         cfg.env.max_episode_steps = TRAJECTORY
         cfg.buffer.batch_size, cfg.buffer.batch_length = batch_size, batch_length
@@ -244,6 +245,8 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=4, help="synthetic episodes in each buffer")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch intra-op threads")
     parser.add_argument("--no-compile", action="store_true", help="both sides eager")
+    parser.add_argument("--with-nchw", action="store_true",
+                        help="also time ours with channels_last=false (key nhwc_vs_nchw)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     configure_mujoco_gl()
@@ -253,19 +256,23 @@ def main() -> None:
     episodes = [synthetic_episode(i, seed=i) for i in range(args.episodes)]
     sides = [Recipe(args.batch_size, args.batch_length, compile, episodes),
              Ours(args.batch_size, args.batch_length, compile, episodes)]
+    if args.with_nchw:
+        sides.append(Ours(args.batch_size, args.batch_length, compile, episodes, channels_last=False))
     ours = sides[1]
     for side in sides:  # one steady-state update each before timing
         side.update()
 
     times: dict[str, list[float]] = {s.name: [] for s in sides}
-    ratios = []
-    print(f"{'rep':>4} {'recipe s':>10} {'ours s':>10} {'ratio':>7}")
+    ratios, nhwc_ratios = [], []
+    print(f"{'rep':>4} " + " ".join(f"{s.name + ' s':>11}" for s in sides) + f" {'recipe/ours':>12}")
     for rep in range(args.reps):
         pair = {s.name: timed(s.update) for s in sides}
         for name, t in pair.items():
             times[name].append(t)
         ratios.append(pair["recipe"] / pair["ours"])
-        print(f"{rep:>4} {pair['recipe']:>10.3f} {pair['ours']:>10.3f} {ratios[-1]:>7.2f}")
+        if "ours_nchw" in pair:
+            nhwc_ratios.append(pair["ours_nchw"] / pair["ours"])
+        print(f"{rep:>4} " + " ".join(f"{t:>11.3f}" for t in pair.values()) + f" {ratios[-1]:>12.2f}")
 
     compiled_ratios = []
     if compile:
@@ -287,9 +294,13 @@ def main() -> None:
         "speedup_vs_recipe_per_pair": ratios,
         "compiled_vs_eager": statistics.median(compiled_ratios) if compiled_ratios else None,
         "compiled_vs_eager_per_pair": compiled_ratios,
+        "nhwc_vs_nchw": statistics.median(nhwc_ratios) if nhwc_ratios else None,
+        "nhwc_vs_nchw_per_pair": nhwc_ratios,
     }
     print(f"\nmedian update: recipe {result['recipe_update_s']:.3f} s, ours {result['ours_update_s']:.3f} s")
     print(f"speedup_vs_recipe (median of pair ratios): {result['speedup_vs_recipe']:.2f}")
+    if nhwc_ratios:
+        print(f"nhwc_vs_nchw (ours, channels_last on vs off): {result['nhwc_vs_nchw']:.2f}")
     if compiled_ratios:
         print(f"compiled_vs_eager, actor+value fwd+bwd: {result['compiled_vs_eager']:.2f}")
     if args.json:

@@ -3,6 +3,13 @@
 Nothing here imports ``dreamer``.
 """
 
+from torchrl_ext.imagination import FixedBoundsTanhNormal, NonTerminatingDreamerEnv
 from torchrl_ext.replay import PinnedLazyTensorStorage, PlainWriteReplayBuffer, SliceCursorWriter
 
-__all__ = ["PinnedLazyTensorStorage", "PlainWriteReplayBuffer", "SliceCursorWriter"]
+__all__ = [
+    "FixedBoundsTanhNormal",
+    "NonTerminatingDreamerEnv",
+    "PinnedLazyTensorStorage",
+    "PlainWriteReplayBuffer",
+    "SliceCursorWriter",
+]
