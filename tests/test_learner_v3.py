@@ -140,6 +140,24 @@ def test_v3_update_makes_no_host_transfer(setup, request, monkeypatch):
     assert counter.total() == 0, f"host transfers during update: {counter.report()}"
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_v3_cuda_update_is_sync_free(state_setup):
+    cfg, env, batch = state_setup
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    learner = DreamerV3Learner(cfg, build_models_v3(cfg, env, device), device)
+    on_device = batch.to(device)
+    learner.update(on_device.clone())  # warm
+    sample = on_device.clone()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        learner.update(sample)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(math.isfinite(v) for v in learner.flush_metrics().values())
+
+
 def test_v3_learner_state_dict_round_trip_continues_identically(state_setup):
     cfg, env, batch = state_setup
     a = _learner(cfg, env, seed=1)
