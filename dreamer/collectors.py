@@ -35,7 +35,7 @@ def make_collector(
     workers = resolve_num_workers(cfg)
     c = cfg.collector
     factories = [
-        env_factory(cfg.env, state_dim=cfg.algo.state_dim, belief_dim=cfg.algo.rssm_hidden_dim,
+        env_factory(cfg.env, state_dim=cfg.algo.latent_state_dim, belief_dim=cfg.algo.rssm_hidden_dim,
                     seed=cfg.seed + 1000 * (i + 1))
         for i in range(max(workers, 1))
     ]

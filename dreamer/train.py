@@ -19,7 +19,9 @@ from dreamer.config import Config, load_config, to_dict
 from dreamer.envs import check_env, close_env, make_env
 from dreamer.evaluation import EvalResult, evaluate
 from dreamer.learner import DreamerV1Learner
+from dreamer.learner_v3 import DreamerV3Learner
 from dreamer.models import build_models
+from dreamer.models_v3 import build_models_v3
 from dreamer.replay import bytes_per_step, check_capacity, make_replay_buffer, write
 from dreamer.resources import resolve_autocast, resolve_device, resolve_threads
 from dreamer.run_logger import RunLogger
@@ -27,7 +29,10 @@ from dreamer.run_logger import RunLogger
 log = logging.getLogger("dreamer")
 
 # algo.name -> (networks builder, learner class)
-ALGORITHMS = {"dreamer_v1": (build_models, DreamerV1Learner)}
+ALGORITHMS = {
+    "dreamer_v1": (build_models, DreamerV1Learner),
+    "dreamer_v3": (build_models_v3, DreamerV3Learner),
+}
 
 # Keys a resumed run may change; everything else comes from the saved config.
 RESUME_OVERRIDABLE = (
@@ -79,7 +84,7 @@ class Trainer:
         )
 
         a = cfg.algo
-        proof_env = make_env(cfg.env, state_dim=a.state_dim, belief_dim=a.rssm_hidden_dim, seed=cfg.seed)
+        proof_env = make_env(cfg.env, state_dim=a.latent_state_dim, belief_dim=a.rssm_hidden_dim, seed=cfg.seed)
         build, learner_cls = ALGORITHMS[cfg.algo.name]
         self.models = build(cfg, proof_env, self.device)
         step_bytes = bytes_per_step(proof_env.rollout(1), self.models.obs_key)
@@ -106,7 +111,7 @@ class Trainer:
         self.replay = make_replay_buffer(cfg, self.device)
         self.learner.compile()
         self.eval_env = make_env(
-            cfg.env, state_dim=a.state_dim, belief_dim=a.rssm_hidden_dim,
+            cfg.env, state_dim=a.latent_state_dim, belief_dim=a.rssm_hidden_dim,
             seed=cfg.seed + 10**6, record_pixels=cfg.eval.video,
         )
         self.eval_policy = self.models.policy(explore=False)

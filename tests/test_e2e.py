@@ -114,3 +114,32 @@ def test_bad_input_is_one_clear_line(overrides, message, tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines and lines[-1].startswith("error: ") and message in lines[-1]
     assert "Traceback" not in result.stderr
+
+
+V3_TINY = (
+    "algo=dreamer_v3", "compile=off", "env.max_episode_steps=50",
+    "algo.rssm_hidden_dim=16", "algo.hidden_dim=16", "algo.num_categoricals=4", "algo.num_classes=4",
+    "algo.num_bins=31", "algo.mlp_layers=1", "algo.imagination_horizon=3",
+    "collector.num_workers=1", "collector.frames_per_batch=25", "collector.init_random_frames=50",
+    "buffer.batch_size=2", "buffer.batch_length=10", "buffer.capacity=1000",
+    "train.train_ratio=10", "logger.log_every=5", "eval.every=10", "eval.episodes=1",
+    "checkpoint.every=10", "logger.progress_bar=false",
+)
+
+
+def test_dreamer_v3_tiny_run_trains_evaluates_and_resumes(tmp_path):
+    run_dir = tmp_path / "v3"
+    result = dreamer(*V3_TINY, "train.total_frames=300", f"hydra.run.dir={run_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert SUMMARY_KEYS <= summary.keys()
+    assert summary["frames"] >= 300 and summary["updates"] > 0
+    metrics = read_metrics(run_dir)
+    assert any("loss_model_dynamic" in m and "return_scale" in m for m in metrics)
+    assert any("eval_return_mean" in m for m in metrics)
+    assert list((run_dir / "checkpoints").glob("ckpt_*.pt"))
+
+    resumed = dreamer(*V3_TINY, f"resume={run_dir}", "train.total_frames=400")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = json.loads((run_dir / "summary.json").read_text())
+    assert after["frames"] >= 400 and after["updates"] > summary["updates"]
