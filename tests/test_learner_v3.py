@@ -28,7 +28,7 @@ from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
 
 CPU = torch.device("cpu")
 PARTS = ("encoder", "decoder", "prior", "posterior", "reward", "continuation", "actor", "value")
-HOST_TRANSFERS = ("item", "cpu", "tolist", "__float__", "numpy")
+HOST_TRANSFERS = ("item", "cpu", "tolist", "__float__", "__int__", "__bool__", "numpy")
 
 
 def tiny_v3_config(*, pixels: bool = False, **env_overrides):
