@@ -14,7 +14,8 @@ import tqdm
 from dreamer import checkpoint as ckpt
 from dreamer.cadence import Every, Ratio
 from dreamer.collectors import make_collector, resolve_num_workers
-from dreamer.config import Config, load_config, to_dict
+from dreamer import resume
+from dreamer.config import Config, to_dict
 from dreamer.envs import check_env, close_env, make_env
 from dreamer.evaluation import EvalResult, evaluate
 from dreamer.learner import DreamerV1Learner
@@ -28,9 +29,6 @@ log = logging.getLogger("dreamer")
 # algo.name -> (networks builder, learner class)
 ALGORITHMS = {"dreamer_v1": (build_models, DreamerV1Learner)}
 
-# Keys a resumed run may change; everything else comes from the saved config.
-RESUME_OVERRIDABLE = ("train.total_frames", "logger", "eval", "checkpoint", "resume")
-
 
 @dataclass
 class Counters:
@@ -40,26 +38,11 @@ class Counters:
     timers: dict = field(default_factory=lambda: {"random_phase_s": 0.0, "compile_warmup_s": 0.0, "eval_s": 0.0})
 
 
-def _resume_config(saved: dict, requested: Config) -> Config:
-    """The saved config, with the allow-listed keys taken from this invocation."""
-    merged = dict(saved)
-    current = to_dict(requested)
-    for key in RESUME_OVERRIDABLE:
-        section, _, leaf = key.partition(".")
-        if leaf:
-            merged[section] = {**merged[section], leaf: current[section][leaf]}
-        else:
-            merged[section] = current[section]
-    return load_config(merged)
-
-
 class Trainer:
-    def __init__(self, cfg: Config, run_dir: Path):
+    def __init__(self, cfg: Config, run_dir: Path, overridden: set[str] = frozenset()):
         self.resumed_state = None
         if cfg.resume:
-            run_dir = Path(cfg.resume)
-            self.resumed_state = ckpt.load_latest(run_dir)
-            cfg = _resume_config(self.resumed_state["config"], cfg)
+            run_dir, cfg, self.resumed_state = resume.open_run(cfg, overridden)
         self.cfg, self.run_dir = cfg, Path(run_dir)
         check_env(cfg.env)  # a bad env name fails here, in one line, not in a worker
 
@@ -133,6 +116,8 @@ class Trainer:
         for name, sub in state["cadence"].items():
             getattr(self, name).load_state_dict(sub)
         ckpt.set_rng_state(state["rng"])
+        self.logger.rewind(c["updates"])  # lines logged after this checkpoint are replayed anew
+        log.info("checkpoint %s", state["path"])
         log.info("resumed from %s at frames=%d updates=%d", self.run_dir, c["frames"], c["updates"])
 
     def save(self) -> Path:
@@ -241,5 +226,6 @@ class Trainer:
         return summary
 
 
-def train(cfg: Config, run_dir: Path) -> dict:
-    return Trainer(cfg, run_dir).run()
+def train(cfg: Config, run_dir: Path, overridden: set[str] = frozenset()) -> dict:
+    """``overridden``: config keys the command line set (checked against the allow-list on resume)."""
+    return Trainer(cfg, run_dir, overridden).run()

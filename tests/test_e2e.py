@@ -81,6 +81,17 @@ def test_resume_continues_counters_from_the_checkpoint(smoke_run: Path):
     assert min(m["frames"] for m in new) >= before["frames"]
 
 
+def test_resume_refuses_an_override_outside_the_allow_list(smoke_run: Path, tmp_path):
+    checkpoints = sorted((smoke_run / "checkpoints").iterdir())
+    result = dreamer("experiment=smoke", f"resume={smoke_run}", "buffer.batch_size=8",
+                     f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: resume=") and "Traceback" not in result.stderr
+    assert "refused override: buffer.batch_size (saved 4, given 8)" in lines[-1]
+    assert sorted((smoke_run / "checkpoints").iterdir()) == checkpoints  # nothing touched
+
+
 def test_wandb_logger_works_offline_without_an_account(tmp_path):
     run_dir = tmp_path / "run"
     env_without_key = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
