@@ -4,5 +4,8 @@ Nothing here imports ``dreamer``.
 """
 
 from torchrl_ext.replay import PinnedLazyTensorStorage, SliceCursorWriter
+from torchrl_ext.weight_sync import LivenessCheckedSharedMemWeightSyncScheme, ReceiverDied
 
-__all__ = ["PinnedLazyTensorStorage", "SliceCursorWriter"]
+__all__ = [
+    "LivenessCheckedSharedMemWeightSyncScheme", "PinnedLazyTensorStorage", "ReceiverDied", "SliceCursorWriter",
+]
