@@ -82,6 +82,15 @@ def check_compatible(run_dir: Path, state: dict) -> None:
         )
 
 
+def refuse_run_dir_with_checkpoints(run_dir: Path) -> None:
+    """A fresh run never writes into a run that can be resumed (its metrics and checkpoints would mix)."""
+    if ckpt.list_checkpoints(run_dir):
+        raise UserError(
+            f"{run_dir} already holds checkpoints of a run: continue it with resume={run_dir}, "
+            "or choose another hydra.run.dir"
+        )
+
+
 def open_run(requested: Config, overridden: set[str]) -> tuple[Path, Config, dict]:
     """(run_dir, config to use, checkpoint state) for ``resume=RUN_DIR``."""
     run_dir = Path(requested.resume)

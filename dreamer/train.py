@@ -46,6 +46,8 @@ class Trainer:
         self.resumed_state = None
         if cfg.resume:
             run_dir, cfg, self.resumed_state = resume.open_run(cfg, overridden)
+        else:
+            resume.refuse_run_dir_with_checkpoints(Path(run_dir))
         self.cfg, self.run_dir = cfg, Path(run_dir)
         check_env(cfg.env)  # a bad env name fails here, in one line, not in a worker
 
@@ -104,6 +106,8 @@ class Trainer:
         self.warm = False
         if self.resumed_state is not None:
             self._restore(self.resumed_state)
+        else:
+            self.logger.rewind(0)  # lines of an attempt that died before its first checkpoint
         (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
 
     # -- state ----------------------------------------------------------------

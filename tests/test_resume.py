@@ -66,3 +66,10 @@ def test_a_checkpoint_from_another_config_lists_the_differing_keys(tmp_path):
 def test_resume_of_a_missing_directory_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="no such directory"):
         resume.open_run(load_config({"resume": str(tmp_path / "nope")}), set())
+
+
+def test_a_fresh_run_refuses_a_directory_holding_checkpoints(tmp_path):
+    resume.refuse_run_dir_with_checkpoints(tmp_path)  # empty: fine
+    ckpt.save_checkpoint(tmp_path, {"config": _saved()}, updates=1, keep=1)
+    with pytest.raises(UserError, match=f"continue it with resume={tmp_path}"):
+        resume.refuse_run_dir_with_checkpoints(tmp_path)
