@@ -67,6 +67,25 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class _WriteErrorRecorder:
+    """A file wrapper that keeps the OS error of a failed write: torch's zip writer
+    reports a short write only as "unexpected pos", hiding ENOSPC / EFBIG."""
+
+    def __init__(self, f):
+        self.f = f
+        self.error: OSError | None = None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 class CheckpointWriteError(UserError):
     """The disk refused a checkpoint; the previous one is untouched."""
 
@@ -85,13 +104,19 @@ def save_checkpoint(run_dir: Path, state: dict, updates: int, keep: int) -> Path
     final = directory / f"ckpt_{updates:010d}.pt"
     tmp = directory / f".{final.name}.tmp"
     state = {**state, "manifest": make_manifest(state, updates)}
+    recorder = None
     try:
         with open(tmp, "wb") as f:
-            torch.save(state, f)
+            recorder = _WriteErrorRecorder(f)
+            torch.save(state, recorder)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, final)
-    except OSError as err:
+    except (OSError, RuntimeError) as err:
+        if recorder is not None and recorder.error is not None:
+            err = recorder.error
+        if not isinstance(err, OSError):
+            raise
         previous = list_checkpoints(run_dir)
         kept = f"the previous checkpoint {previous[-1]} is intact" if previous else "no earlier checkpoint exists"
         reason = err.strerror or errno.errorcode.get(err.errno or 0, str(err))

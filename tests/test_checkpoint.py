@@ -163,3 +163,33 @@ def test_rng_state_survives_a_checkpoint(tmp_path):
     torch.manual_seed(999)
     ckpt.set_rng_state(ckpt.load_latest(tmp_path)["rng"])
     assert torch.equal(torch.rand(8), expected)
+
+
+def test_a_full_disk_mid_checkpoint_keeps_the_previous_one_end_to_end(tmp_path):
+    """The OS refuses the write for real (a file-size limit, as a full disk would); no patching."""
+    import hashlib
+    import resource
+
+    from helpers_e2e import FAST, start
+
+    run_dir = tmp_path / "run"
+    first = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=300", "eval.every=1000")
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err[-3000:]
+    previous = ckpt.list_checkpoints(run_dir)[-1]
+    digest = hashlib.sha256(previous.read_bytes()).hexdigest()
+
+    # With the replay buffer (~25 MB) a checkpoint no longer fits under a 5 MB file-size limit.
+    limit = 5 * 2**20
+    assert previous.stat().st_size < limit
+    resumed = start(f"resume={run_dir}", "train.total_frames=600", "checkpoint.replay=true",
+                    "logger.progress_bar=false", f"hydra.run.dir={tmp_path / 'h'}",
+                    preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 2
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert last.startswith("error: could not write checkpoint") and "File too large" in last
+    assert f"the previous checkpoint {previous} is intact" in last
+    assert ckpt.list_checkpoints(run_dir)[-1] == previous
+    assert hashlib.sha256(previous.read_bytes()).hexdigest() == digest
+    assert not list((run_dir / ckpt.CHECKPOINT_DIR).glob(".*tmp"))
