@@ -57,5 +57,18 @@ def main(dict_cfg: DictConfig) -> None:
         sys.exit(2)
 
 
-if __name__ == "__main__":
+def run() -> None:
+    from dreamer.preflight import check_command_line
+
+    try:
+        check_command_line(sys.argv[1:])
+    except UserError as err:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     main()
+
+
+if __name__ == "__main__":
+    run()
