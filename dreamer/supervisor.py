@@ -81,8 +81,5 @@ class SupervisedCollector:
         except (ReceiverDied, BrokenPipeError, EOFError, ConnectionError):
             pass  # a worker died: the next batch fetch notices it (and restarts or stops)
 
-    def worker_pids(self) -> list[int]:
-        return [p.pid for p in getattr(self.collector, "procs", ())]
-
     def shutdown(self) -> None:
         self.collector.shutdown()

@@ -8,7 +8,6 @@ import signal
 import time
 
 import pytest
-import torch
 
 from dreamer import checkpoint as ckpt
 from helpers_e2e import FAST, alive, descendants, has_updates, start, wait_for
