@@ -121,6 +121,11 @@ class CollectorConfig:
     # torch.compile the acting policy inside each worker (with the compile.*
     # backend/options): every worker compiles and warms its own copy.
     compile_policy: bool = False
+    # A worker process that dies (OOM kill, segfault in an env) is noticed within
+    # seconds; true = rebuild the collector with the current weights, false = stop
+    # with an error. Rebuilds allowed per run before giving up:
+    restart_on_failure: bool = True
+    max_restarts: int = 3
 
 
 @dataclass
@@ -173,6 +178,9 @@ class EvalConfig:
 class CheckpointConfig:
     every: int = 1000  # updates; the final checkpoint is always written
     keep: int = 2
+    # Also save the replay buffer, so a resumed run samples the data it had
+    # (costs buffer.capacity x bytes per step of disk per checkpoint).
+    replay: bool = False
 
 
 @dataclass
@@ -180,6 +188,9 @@ class TrainConfig:
     total_frames: int = 40_000  # env frames (agent steps x action repeat)
     # Replayed steps per agent step: updates/step = ratio / (batch_size*batch_length).
     train_ratio: float = 100.0
+    # Updates with a non-finite loss or gradient are skipped (weights and
+    # optimiser state untouched); this many in a row stop the run.
+    stop_after_nonfinite: int = 10
 
 
 @dataclass
@@ -220,11 +231,11 @@ _POSITIVE = [
     "collector.frames_per_batch", "collector.weight_sync_every",
     "buffer.capacity", "buffer.batch_size", "buffer.batch_length",
     "logger.log_every", "eval.every", "eval.episodes", "checkpoint.every",
-    "checkpoint.keep", "train.total_frames", "train.train_ratio",
+    "checkpoint.keep", "train.total_frames", "train.train_ratio", "train.stop_after_nonfinite",
 ]
 _NON_NEGATIVE = [
     "collector.init_random_frames", "buffer.prefetch", "compile.warmup_iters",
-    "algo.free_nats", "algo.exploration_noise",
+    "algo.free_nats", "algo.exploration_noise", "collector.max_restarts",
     "algo.unimix", "algo.free_bits", "algo.dyn_loss_scale", "algo.rep_loss_scale",
     "algo.entropy_scale", "algo.slow_critic_reg", "algo.agc", "algo.lr_warmup_steps",
 ]

@@ -12,10 +12,10 @@ import torch
 import tqdm
 
 from dreamer import checkpoint as ckpt
-from dreamer import compile_cache
+from dreamer import compile_cache, health, resume
 from dreamer.cadence import Every, Ratio
 from dreamer.collectors import make_collector, resolve_num_workers
-from dreamer.config import Config, load_config, to_dict
+from dreamer.config import Config, to_dict
 from dreamer.envs import check_env, close_env, make_env
 from dreamer.evaluation import EvalResult, evaluate
 from dreamer.learner import DreamerV1Learner
@@ -25,6 +25,8 @@ from dreamer.models_v3 import build_models_v3
 from dreamer.replay import bytes_per_step, check_capacity, make_replay_buffer, write
 from dreamer.resources import resolve_autocast, resolve_device, resolve_threads
 from dreamer.run_logger import RunLogger
+from dreamer.signals import StopRequest
+from dreamer.supervisor import SupervisedCollector, WorkerDied
 
 log = logging.getLogger("dreamer")
 
@@ -33,12 +35,6 @@ ALGORITHMS = {
     "dreamer_v1": (build_models, DreamerV1Learner),
     "dreamer_v3": (build_models_v3, DreamerV3Learner),
 }
-
-# Keys a resumed run may change; everything else comes from the saved config.
-RESUME_OVERRIDABLE = (
-    "train.total_frames", "logger", "eval", "checkpoint", "resume",
-    "compile.cache_dir", "compile.cache_artifact",
-)
 
 
 @dataclass
@@ -49,26 +45,14 @@ class Counters:
     timers: dict = field(default_factory=lambda: {"random_phase_s": 0.0, "compile_warmup_s": 0.0, "eval_s": 0.0})
 
 
-def _resume_config(saved: dict, requested: Config) -> Config:
-    """The saved config, with the allow-listed keys taken from this invocation."""
-    merged = dict(saved)
-    current = to_dict(requested)
-    for key in RESUME_OVERRIDABLE:
-        section, _, leaf = key.partition(".")
-        if leaf:
-            merged[section] = {**merged[section], leaf: current[section][leaf]}
-        else:
-            merged[section] = current[section]
-    return load_config(merged)
-
-
 class Trainer:
-    def __init__(self, cfg: Config, run_dir: Path):
+    def __init__(self, cfg: Config, run_dir: Path, overridden: set[str] = frozenset()):
+        self.stop = StopRequest().install()  # SIGTERM/SIGINT/SIGUSR1 -> finish cleanly
         self.resumed_state = None
         if cfg.resume:
-            run_dir = Path(cfg.resume)
-            self.resumed_state = ckpt.load_latest(run_dir)
-            cfg = _resume_config(self.resumed_state["config"], cfg)
+            run_dir, cfg, self.resumed_state = resume.open_run(cfg, overridden)
+        else:
+            resume.refuse_run_dir_with_checkpoints(Path(run_dir))
         self.cfg, self.run_dir = cfg, Path(run_dir)
         check_env(cfg.env)  # a bad env name fails here, in one line, not in a worker
 
@@ -102,9 +86,15 @@ class Trainer:
         random_frames = cfg.collector.init_random_frames
         if self.resumed_state is not None:
             random_frames = 0  # the policy is trained already
-        # Collectors first: workers are spawned before any compile state exists.
-        self.collector = make_collector(
-            cfg, self.models.policy(explore=True), random_frames=random_frames, learner_threads=threads
+        # Collectors first: workers are spawned before any compile state exists
+        # (a restart after a worker died spawns fresh interpreters: still clean).
+        self.collector = SupervisedCollector(
+            lambda restarted: make_collector(
+                cfg, self.models.policy(explore=True), random_frames=0 if restarted else random_frames,
+                learner_threads=threads,
+            ),
+            restart=cfg.collector.restart_on_failure, max_restarts=cfg.collector.max_restarts,
+            should_stop=lambda: self.stop.requested is not None,
         )
 
         self.learner = learner_cls(cfg, self.models, self.device, autocast)
@@ -127,6 +117,8 @@ class Trainer:
         self.warm = False
         if self.resumed_state is not None:
             self._restore(self.resumed_state)
+        else:
+            self.logger.rewind(0)  # lines of an attempt that died before its first checkpoint
         (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
 
     # -- state ----------------------------------------------------------------
@@ -139,6 +131,7 @@ class Trainer:
             "cadence": {name: getattr(self, name).state_dict() for name in
                         ("ratio", "sync_weights", "log_due", "eval_due", "checkpoint_due")},
             "rng": ckpt.rng_state(),
+            **({"replay": self.replay.state_dict()} if self.cfg.checkpoint.replay else {}),
         }
 
     def _restore(self, state: dict) -> None:
@@ -148,6 +141,13 @@ class Trainer:
         for name, sub in state["cadence"].items():
             getattr(self, name).load_state_dict(sub)
         ckpt.set_rng_state(state["rng"])
+        if "replay" in state:
+            self.replay.load_state_dict(state["replay"])
+            log.info("replay buffer restored: %d steps", len(self.replay))
+        else:
+            log.info("replay buffer not in the checkpoint (checkpoint.replay=false): refilling it")
+        self.logger.rewind(c["updates"])  # lines logged after this checkpoint are replayed anew
+        log.info("checkpoint %s", state["path"])
         log.info("resumed from %s at frames=%d updates=%d", self.run_dir, c["frames"], c["updates"])
 
     def save(self) -> Path:
@@ -193,6 +193,7 @@ class Trainer:
         record["updates_per_s"] = (self.counters.updates - updates0) / elapsed
         record["frames_per_s"] = (self.counters.frames - frames0) / elapsed
         self.logger.log(record)
+        health.stop_if_diverged(record, self.cfg.train.stop_after_nonfinite, self.save)
 
     # -- loop -----------------------------------------------------------------
     def run(self) -> dict:
@@ -231,32 +232,42 @@ class Trainer:
                     bar.set_postfix(updates=n.updates, eval=f"{self.last_eval.mean:.1f}", refresh=False)
                 else:
                     bar.set_postfix(updates=n.updates, refresh=False)
-                if n.frames >= cfg.train.total_frames:
+                if n.frames >= cfg.train.total_frames or self.stop.requested:
                     break
+        except WorkerDied as err:
+            path = self.save()  # nothing lost: the run continues from here
+            raise WorkerDied(f"{err}; final checkpoint {path}; continue with resume={self.run_dir}") from None
         finally:
             bar.close()
             self.collector.shutdown()
         if steady_start is None:
             steady_start = time.perf_counter()
         steady = max(time.perf_counter() - steady_start - n.timers["eval_s"], 1e-9)
-        self._evaluate()
+        if self.stop.requested:  # a deadline is near: checkpoint first, no evaluation
+            log.info("stopped by %s at frames=%d updates=%d", self.stop.requested, n.frames, n.updates)
+        else:
+            self._evaluate()
         self.save()
+        last_eval = self.last_eval
         summary = {
             "frames": n.frames,
             "updates": n.updates,
             "wall_s": time.perf_counter() - start,
             "updates_per_s": (n.updates - updates0) / steady,
             "frames_per_s": (n.frames - frames0) / steady,
-            "eval_return_mean": self.last_eval.mean,
-            "eval_return_std": self.last_eval.std,
-            "eval_episodes": len(self.last_eval.returns),
+            "eval_return_mean": last_eval.mean if last_eval else None,
+            "eval_return_std": last_eval.std if last_eval else None,
+            "eval_episodes": len(last_eval.returns) if last_eval else 0,
+            "stopped_by": self.stop.requested,
             **{k: v for k, v in n.timers.items()},
         }
         self.logger.write_summary(summary)
         self.logger.close()
         close_env(self.eval_env)
+        self.stop.uninstall()
         return summary
 
 
-def train(cfg: Config, run_dir: Path) -> dict:
-    return Trainer(cfg, run_dir).run()
+def train(cfg: Config, run_dir: Path, overridden: set[str] = frozenset()) -> dict:
+    """``overridden``: config keys the command line set (checked against the allow-list on resume)."""
+    return Trainer(cfg, run_dir, overridden).run()

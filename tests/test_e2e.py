@@ -83,6 +83,17 @@ def test_resume_continues_counters_from_the_checkpoint(smoke_run: Path):
     assert min(m["frames"] for m in new) >= before["frames"]
 
 
+def test_resume_refuses_an_override_outside_the_allow_list(smoke_run: Path, tmp_path):
+    checkpoints = sorted((smoke_run / "checkpoints").iterdir())
+    result = dreamer("experiment=smoke", f"resume={smoke_run}", "buffer.batch_size=8",
+                     f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: resume=") and "Traceback" not in result.stderr
+    assert "refused override: buffer.batch_size (saved 4, given 8)" in lines[-1]
+    assert sorted((smoke_run / "checkpoints").iterdir()) == checkpoints  # nothing touched
+
+
 def test_wandb_logger_works_offline_without_an_account(tmp_path):
     run_dir = tmp_path / "run"
     env_without_key = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
@@ -98,21 +109,57 @@ def test_wandb_logger_works_offline_without_an_account(tmp_path):
     assert (run_dir / "summary.json").exists()
 
 
-@pytest.mark.parametrize(
-    "overrides, message",
-    [
-        (["compile.backend=tvm"], "compile.backend='tvm' is not allowed; choose one of: inductor, aot_eager, eager"),
-        (["compile.mode=default"], "compile.mode=default and compile.options are both set"),
-        (["env.name=NoSuchEnv-v9"], "unknown gymnasium env 'NoSuchEnv-v9'; available:"),
-        (["buffer.batch_size=0"], "buffer.batch_size=0 must be > 0"),
-        (["buffer.batch_length=500"], "buffer.batch_length=500 is longer than env.max_episode_steps=100"),
-    ],
-)
-def test_bad_input_is_one_clear_line(overrides, message, tmp_path):
-    result = dreamer(*overrides, f"hydra.run.dir={tmp_path / 'run'}")
-    assert result.returncode == 2
+def _a_file(tmp_path: Path) -> Path:
+    path = tmp_path / "a_file"
+    path.write_text("not a directory")
+    return path
+
+
+def _hidden_dm_control(tmp_path: Path) -> dict:
+    """An import path on which dm_control fails to import, as when it is not installed."""
+    shadow = tmp_path / "shadow" / "dm_control"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError(\"No module named 'dm_control'\")\n")
+    return {"PYTHONPATH": os.pathsep.join([str(shadow.parent), str(ROOT)])}
+
+
+# (overrides, message, environment) -- tmp_path-dependent entries are callables.
+BAD_INPUTS = {
+    "invalid choice": (["compile.backend=tvm"],
+                       "compile.backend='tvm' is not allowed; choose one of: inductor, aot_eager, eager"),
+    "mode with options": (["compile.mode=default"], "compile.mode=default and compile.options are both set"),
+    "unknown env": (["env.name=NoSuchEnv-v9"], "unknown gymnasium env 'NoSuchEnv-v9'; available:"),
+    "unknown preset": (["experiment=nope"],
+                       "Could not find 'experiment/nope'; choose experiment= one of: atari_pong, default,"),
+    "unknown env preset": (["env=nope"], "Could not find 'env/nope'; choose env= one of: atari, dmc,"),
+    "unknown key": (["buffer.nosuch=1"], "Could not override 'buffer.nosuch': Key 'nosuch' not in"),
+    "wrong type": (["buffer.batch_size=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
+    "zero size": (["buffer.batch_size=0"], "buffer.batch_size=0 must be > 0"),
+    "negative size": (["buffer.capacity=-5"], "buffer.capacity=-5 must be > 0"),
+    "sequence longer than episode": (["buffer.batch_length=500"],
+                                     "buffer.batch_length=500 is longer than env.max_episode_steps=100"),
+    "unwritable output dir": (lambda tmp: [f"hydra.run.dir={_a_file(tmp)}/run"], "cannot be written (Not a directory)"),
+    "resume without checkpoint": (lambda tmp: [f"resume={tmp}"], "no checkpoint in"),
+    "missing optional dependency": (["env=dmc"], "pip install 'dreamer[dmc]'", _hidden_dm_control),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_one_clear_line(case, tmp_path):
+    overrides, message, *env_for = BAD_INPUTS[case]
+    if callable(overrides):
+        overrides = overrides(tmp_path)
+    if not any(o.startswith("hydra.run.dir=") for o in overrides):
+        overrides = [*overrides, f"hydra.run.dir={tmp_path / 'run'}"]
+    env = {**os.environ, "SDL_VIDEODRIVER": "dummy", **(env_for[0](tmp_path) if env_for else {})}
+    env.pop("HYDRA_FULL_ERROR", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "dreamer", *overrides], cwd=ROOT, env=env, capture_output=True,
+        text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert lines and lines[-1].startswith("error: ") and message in lines[-1]
+    assert lines and lines[-1].startswith("error: ") and message in lines[-1], lines[-1:]
     assert "Traceback" not in result.stderr
 
 

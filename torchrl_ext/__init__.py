@@ -5,11 +5,14 @@ Nothing here imports ``dreamer``.
 
 from torchrl_ext.imagination import FixedBoundsTanhNormal, NonTerminatingDreamerEnv
 from torchrl_ext.replay import PinnedLazyTensorStorage, PlainWriteReplayBuffer, SliceCursorWriter
+from torchrl_ext.weight_sync import LivenessCheckedSharedMemWeightSyncScheme, ReceiverDied
 
 __all__ = [
     "FixedBoundsTanhNormal",
+    "LivenessCheckedSharedMemWeightSyncScheme",
     "NonTerminatingDreamerEnv",
     "PinnedLazyTensorStorage",
     "PlainWriteReplayBuffer",
+    "ReceiverDied",
     "SliceCursorWriter",
 ]
