@@ -22,6 +22,7 @@ from torchrl.trainers.algorithms import DreamerV3Optimizer
 from dreamer.compile import maybe_compile, timed_warmup
 from dreamer.config import Config
 from dreamer.envs import PIXELS_KEY
+from dreamer.health import NonFiniteGuard
 from dreamer.learner import MetricsAccumulator
 from dreamer.models_v3 import DreamerV3Models
 
@@ -39,6 +40,25 @@ WORLD_MODEL_PARTS = ("encoder", "decoder", "prior", "posterior", "reward", "cont
 def _grad_norm(params: list) -> torch.Tensor:
     """Norm of the gradients about to be applied (AGC clips inside the optimiser)."""
     return get_total_norm([p.grad for p in params if p.grad is not None])
+
+
+def _optimizer_tensors(params: list, opt: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """Parameters and the optimiser's state tensors: what a step changes."""
+    state = [v for p in params for v in opt.state.get(p, {}).values() if isinstance(v, torch.Tensor)]
+    return list(params) + state
+
+
+def _undo_where(found_inf: torch.Tensor, tensors: list[torch.Tensor], before: list[torch.Tensor]) -> None:
+    """Put back ``before`` where ``found_inf`` is 1, on the device (no host sync).
+
+    TorchRL's LaProp/AGC optimiser has no ``found_inf`` input like fused Adam's,
+    so a non-finite step is taken and then undone: weights and moments end
+    exactly as they were.
+    """
+    skip = found_inf.bool()
+    with torch.no_grad():
+        for now, then in zip(tensors, before):
+            now.copy_(torch.where(skip, then, now))
 
 
 class DreamerV3Learner:
@@ -109,6 +129,7 @@ class DreamerV3Learner:
             for name, params in self.params.items()
         }
         self.metrics = MetricsAccumulator(METRIC_NAMES, device)
+        self.nonfinite = NonFiniteGuard(device)
 
     # -- data -----------------------------------------------------------------
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
@@ -170,13 +191,22 @@ class DreamerV3Learner:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
-    def _step(self, name: str, loss: torch.Tensor) -> torch.Tensor:
-        opt = self.optimizers[name]
+    def _step(self, name: str, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Backward and step; a non-finite gradient norm undoes the step on the device.
+        Returns (grad norm, found_inf 0./1.)."""
+        opt, params = self.optimizers[name], self.params[name]
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = _grad_norm(self.params[name])
+        grad_norm = _grad_norm(params)
+        found_inf = (~torch.isfinite(grad_norm)).float()
+        tensors = _optimizer_tensors(params, opt)
+        before = list(torch._foreach_mul(tensors, 1.0))  # copies, one kernel per group
         opt.step()
-        return grad_norm
+        after = _optimizer_tensors(params, opt)
+        # State the first step created had no "before": a skipped first step leaves it at zero.
+        created = after[len(before):]
+        _undo_where(found_inf, after[: len(before)] + created, before + [torch.zeros_like(t) for t in created])
+        return grad_norm, found_inf
 
     def update(self, batch: TensorDictBase) -> None:
         """One Dreamer V3 update (world model, actor, value, slow critic) with no host sync."""
@@ -186,17 +216,18 @@ class DreamerV3Learner:
                 wm_td, latent = self.world_model_loss(batch)
             wm_losses = [wm_td[k].squeeze() for k in WORLD_MODEL_LOSSES]
         with record_function("## train/optim ##"):
-            wm_grad = self._step("world_model", sum(wm_losses))
+            wm_grad, wm_inf = self._step("world_model", sum(wm_losses))
         with record_function("## train/actor ##"):
             with self._autocast():
                 actor_td, imagined = self._actor_loss_fn(self._start_states(latent))
-            actor_grad = self._step("actor", actor_td["loss_actor"])
+            actor_grad, actor_inf = self._step("actor", actor_td["loss_actor"])
         with record_function("## train/value ##"):
             with self._autocast():
                 value_td, _ = self._value_loss_fn(imagined)
-            value_grad = self._step("value", value_td["loss_value"])
+            value_grad, value_inf = self._step("value", value_td["loss_value"])
             if self.slow_critic is not None:
                 self.slow_critic.step()
+        self.nonfinite.observe(torch.stack([wm_inf, actor_inf, value_inf]))
         self.metrics.add(
             torch.stack(
                 wm_losses + [
@@ -208,7 +239,9 @@ class DreamerV3Learner:
         )
 
     def flush_metrics(self) -> dict[str, float]:
-        return self.metrics.flush()
+        metrics = self.metrics.flush(self.nonfinite.counts())
+        self.nonfinite.reset()
+        return metrics
 
     # -- checkpoint -----------------------------------------------------------
     def state_dict(self) -> dict:

@@ -103,7 +103,7 @@ def test_v3_updates_change_every_part_and_report_finite_metrics(setup, request):
     assert any(not torch.equal(slow[k], fast[k]) for k in fast.keys()), "slow critic is the critic"
 
     metrics = learner.flush_metrics()
-    assert set(metrics) == set(METRIC_NAMES)
+    assert set(metrics) == set(METRIC_NAMES) | {"updates_skipped_nonfinite", "nonfinite_streak"}
     assert all(isinstance(v, float) and math.isfinite(v) for v in metrics.values()), metrics
     assert metrics["loss_model_reco"] > 0 and metrics["grad_norm_world_model"] > 0
     assert learner.flush_metrics() == {}
@@ -259,3 +259,33 @@ def test_v3_compiled_losses_warm_up_without_touching_return_statistics(state_set
     assert all(torch.equal(before[n], after[n]) for n in before), "warm-up stepped an optimiser"
     learner.update(batch.clone())
     assert all(math.isfinite(v) for v in learner.flush_metrics().values())
+
+
+def _optimizer_state(learner, name: str) -> list[torch.Tensor]:
+    opt = learner.optimizers[name]
+    return [v.clone() for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+
+
+def test_v3_non_finite_update_is_undone_counted_and_recovers(state_setup):
+    cfg, env, batch = state_setup
+    learner = _learner(cfg, env)
+    learner.update(batch.clone())  # one good update: optimiser state exists
+    learner.flush_metrics()
+    wm_parts = ("encoder", "decoder", "prior", "posterior", "reward", "continuation")
+    weights = {k: v.clone() for k, v in learner.models.modules.state_dict().items() if k.split(".")[0] in wm_parts}
+    moments = _optimizer_state(learner, "world_model")
+    poisoned = batch.clone()
+    poisoned["next", "reward"][0, 0] = float("nan")  # NaN reward -> NaN world-model gradients (two-hot clamps inf)
+    for _ in range(2):
+        learner.update(poisoned.clone())
+    after = learner.models.modules.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in weights.items())
+    for now, then in zip(_optimizer_state(learner, "world_model"), moments):
+        assert torch.equal(now, then)
+    metrics = learner.flush_metrics()
+    assert metrics["updates_skipped_nonfinite"] == 2 and metrics["nonfinite_streak"] == 2
+
+    learner.update(batch.clone())  # a good update steps again, with finite weights
+    after = learner.models.modules.state_dict()
+    assert not all(torch.equal(after[k], v) for k, v in weights.items())
+    assert all(torch.isfinite(after[k]).all() for k in weights)
