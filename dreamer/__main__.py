@@ -18,6 +18,24 @@ register_configs()
 log = logging.getLogger("dreamer")
 
 
+def overridden_keys(dict_cfg: DictConfig) -> set[str]:
+    """Dotted config keys this command line changes, named directly or through a
+    group (``experiment=smoke`` changes every key the preset sets)."""
+    from hydra import compose
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from dreamer.resume import differing_keys
+
+    task = list(HydraConfig.get().overrides.task)
+    named = {o.split("=", 1)[0].lstrip("+~") for o in task}
+    baseline = OmegaConf.to_container(compose(config_name="config"), resolve=True)
+    current = OmegaConf.to_container(dict_cfg, resolve=True)
+    baseline.pop("hydra", None)
+    current.pop("hydra", None)
+    return named | set(differing_keys(baseline, current))
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(dict_cfg: DictConfig) -> dict:
     import torch.multiprocessing as mp
@@ -39,7 +57,8 @@ def main(dict_cfg: DictConfig) -> dict:
 
         distributed.setup(cfg, ranks)
         try:
-            summary = train(cfg, Path(HydraConfig.get().runtime.output_dir), ranks)
+            overridden = overridden_keys(dict_cfg) if cfg.resume else set()
+            summary = train(cfg, Path(HydraConfig.get().runtime.output_dir), ranks, overridden)
         finally:
             distributed.teardown(ranks)
         state = "stopped early" if summary.get("preempted") else "done"
@@ -52,5 +71,18 @@ def main(dict_cfg: DictConfig) -> dict:
         sys.exit(2)
 
 
-if __name__ == "__main__":
+def run() -> None:
+    from dreamer.preflight import check_command_line
+
+    try:
+        check_command_line(sys.argv[1:])
+    except UserError as err:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     main()
+
+
+if __name__ == "__main__":
+    run()

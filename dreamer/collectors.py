@@ -16,6 +16,8 @@ from torchrl.collectors import BaseCollector, Collector, MultiAsyncCollector
 from dreamer.compile import compile_kwargs
 from dreamer.config import Config
 from dreamer.envs import env_factory
+from dreamer.signals import ignore_stop_signals
+from torchrl_ext import LivenessCheckedSharedMemWeightSyncScheme
 
 
 def resolve_num_workers(cfg: Config) -> int:
@@ -40,7 +42,7 @@ def make_collector(
     workers = resolve_num_workers(cfg)
     c = cfg.collector
     factories = [
-        env_factory(cfg.env, state_dim=cfg.algo.state_dim, belief_dim=cfg.algo.rssm_hidden_dim,
+        env_factory(cfg.env, state_dim=cfg.algo.latent_state_dim, belief_dim=cfg.algo.rssm_hidden_dim,
                     seed=cfg.seed + 1000 * (i + 1) + 100_000 * rank)
         for i in range(max(workers, 1))
     ]
@@ -57,12 +59,18 @@ def make_collector(
     )
     if workers == 0:
         return Collector(factories[0], frames_per_batch=c.frames_per_batch, **common)
-    return MultiAsyncCollector(
+    # Weight pushes give up on a dead worker instead of waiting for its ack forever.
+    weight_sync = LivenessCheckedSharedMemWeightSyncScheme()
+    collector = MultiAsyncCollector(
         factories,
         post_collect_hook=worker_hook,
         frames_per_batch=[c.frames_per_batch] * workers,
         # Without this torchrl resets the main process to (threads - workers).
         num_threads=learner_threads,
         num_sub_threads=1,
+        init_fn=ignore_stop_signals,  # the main process owns the workers' lifetime
+        weight_sync_schemes={"policy": weight_sync},
         **common,
     )
+    weight_sync.is_alive = lambda idx: collector.procs[idx].is_alive()
+    return collector

@@ -45,7 +45,9 @@ class EnvConfig:
 
 @dataclass
 class AlgoConfig:
-    name: Literal["dreamer_v1"] = "dreamer_v1"
+    name: Literal["dreamer_v1", "dreamer_v3"] = "dreamer_v1"
+    # V1's Gaussian latent size; V3's latent is num_categoricals x num_classes
+    # (see latent_state_dim).
     state_dim: int = 30
     rssm_hidden_dim: int = 200
     hidden_dim: int = 400
@@ -66,6 +68,43 @@ class AlgoConfig:
     # Dreamer's learning rates assume O(1) rewards, as in DMC; Pendulum's reach -16.
     reward_scale: float = 1.0
 
+    # -- Dreamer V3 only (Hafner et al., 2023; paper defaults). V3 reuses the
+    # sizes, learning rates, adam_eps (its optimiser's epsilon), gamma, lmbda
+    # and imagination_horizon above; conf/algo/dreamer_v3.yaml sets their V3 values.
+    # Categorical latent: num_categoricals one-hot vectors of num_classes each.
+    num_categoricals: int = 32
+    num_classes: int = 32
+    # Mix of the uniform distribution into every categorical (latents, discrete actions).
+    unimix: float = 0.01
+    # KL below this many nats (per step) is not penalised.
+    free_bits: float = 1.0
+    # World-model loss weights: prediction (recon/reward/continue) is 1.
+    dyn_loss_scale: float = 0.5
+    rep_loss_scale: float = 0.1
+    # Reward and value heads: two-hot over this many symexp-spaced bins.
+    num_bins: int = 255
+    # Hidden layers of every V3 MLP (encoder, decoder, heads, actor, value).
+    mlp_layers: int = 2
+    # Actor entropy bonus and return normalisation (5th-95th percentile range,
+    # an EMA with this rate, never dividing by less than min_scale).
+    entropy_scale: float = 3.0e-4
+    return_norm_rate: float = 0.01
+    return_norm_min_scale: float = 1.0
+    # Slow critic: EMA of the value weights (tau per update) that regularises it.
+    slow_critic_tau: float = 0.02
+    slow_critic_reg: float = 1.0
+    # LaProp optimiser (TorchRL's DreamerV3Optimizer): adaptive gradient clipping
+    # at agc x parameter norm, learning rates warmed up over this many updates.
+    agc: float = 0.3
+    lr_warmup_steps: int = 1000
+
+    @property
+    def latent_state_dim(self) -> int:
+        """Size of the stochastic latent the envs, collectors and models carry."""
+        if self.name == "dreamer_v3":
+            return self.num_categoricals * self.num_classes
+        return self.state_dim
+
 
 @dataclass
 class CollectorConfig:
@@ -82,6 +121,11 @@ class CollectorConfig:
     # torch.compile the acting policy inside each worker (with the compile.*
     # backend/options): every worker compiles and warms its own copy.
     compile_policy: bool = False
+    # A worker process that dies (OOM kill, segfault in an env) is noticed within
+    # seconds; true = rebuild the collector with the current weights, false = stop
+    # with an error. Rebuilds allowed per run before giving up:
+    restart_on_failure: bool = True
+    max_restarts: int = 3
 
 
 @dataclass
@@ -105,6 +149,12 @@ class CompileConfig:
     )
     # Eager-shaped calls run on the compiled losses before the first real update.
     warmup_iters: int = 2
+    # Inductor's on-disk cache (compiled kernels); null = torch's default
+    # (/tmp/torchinductor_$USER). A persistent path makes every later start warm.
+    cache_dir: Optional[str] = None
+    # A portable cache file from an earlier run (its compile_cache.bin), loaded
+    # before compiling; each run saves its own into the run dir after warm-up.
+    cache_artifact: Optional[str] = None
 
 
 @dataclass
@@ -131,6 +181,9 @@ class EvalConfig:
 class CheckpointConfig:
     every: int = 1000  # updates; the final checkpoint is always written
     keep: int = 2
+    # Also save the replay buffer, so a resumed run samples the data it had
+    # (costs buffer.capacity x bytes per step of disk per checkpoint).
+    replay: bool = False
 
 
 @dataclass
@@ -159,6 +212,9 @@ class TrainConfig:
     total_frames: int = 40_000  # env frames (agent steps x action repeat)
     # Replayed steps per agent step: updates/step = ratio / (batch_size*batch_length).
     train_ratio: float = 100.0
+    # Updates with a non-finite loss or gradient are skipped (weights and
+    # optimiser state untouched); this many in a row stop the run.
+    stop_after_nonfinite: int = 10
 
 
 @dataclass
@@ -182,6 +238,9 @@ class Config:
     # it natively (CUDA with bf16 support). fp16 is not offered: its GradScaler
     # syncs with the host every step.
     autocast: Literal["auto", "off", "bf16"] = "auto"
+    # Conv encoder/decoder in NHWC memory (pixel tasks); same numbers, faster
+    # convolutions (scripts/benchmark_learner.py, docs/PERFORMANCE.md).
+    channels_last: bool = True
     # A run directory to continue from (its newest checkpoint and config).
     resume: Optional[str] = None
     experiment: str = "default"
@@ -193,15 +252,23 @@ _POSITIVE = [
     "algo.state_dim", "algo.rssm_hidden_dim", "algo.hidden_dim",
     "algo.encoder_channels", "algo.world_model_lr", "algo.actor_lr", "algo.value_lr",
     "algo.grad_clip", "algo.imagination_horizon", "algo.reward_scale",
+    "algo.num_categoricals", "algo.num_classes", "algo.num_bins", "algo.mlp_layers",
+    "algo.return_norm_min_scale",
     "collector.frames_per_batch", "collector.weight_sync_every",
     "buffer.capacity", "buffer.batch_size", "buffer.batch_length",
     "logger.log_every", "eval.every", "eval.episodes", "checkpoint.every",
-    "checkpoint.keep", "train.total_frames", "train.train_ratio", "profiling.first_update",
+    "checkpoint.keep", "train.total_frames", "train.train_ratio", "train.stop_after_nonfinite",
+    "profiling.first_update",
 ]
 _NON_NEGATIVE = [
     "collector.init_random_frames", "buffer.prefetch", "compile.warmup_iters",
-    "algo.free_nats", "algo.exploration_noise",
+    "algo.free_nats", "algo.exploration_noise", "collector.max_restarts",
+    "algo.unimix", "algo.free_bits", "algo.dyn_loss_scale", "algo.rep_loss_scale",
+    "algo.entropy_scale", "algo.slow_critic_reg", "algo.agc", "algo.lr_warmup_steps",
 ]
+_EMA_RATES = ["algo.slow_critic_tau", "algo.return_norm_rate"]
+# Fractions that must lie in [low, high).
+_FRACTIONS = {"algo.unimix": (0.0, 1.0)}
 
 
 def _strip_literals(tp: Any) -> Any:
@@ -320,6 +387,16 @@ def validate(cfg: Config) -> Config:
     for path in _NON_NEGATIVE:
         if get_path(cfg, path) < 0:
             raise UserError(f"{path}={get_path(cfg, path)} must be >= 0")
+    for path, (low, high) in _FRACTIONS.items():
+        if not low <= get_path(cfg, path) < high:
+            raise UserError(f"{path}={get_path(cfg, path)} must be in [{low}, {high})")
+    for path in _EMA_RATES:
+        if not 0.0 < get_path(cfg, path) <= 1.0:
+            raise UserError(f"{path}={get_path(cfg, path)} is an EMA rate: it must be in (0, 1]")
+    if cfg.algo.num_bins < 2 or cfg.algo.num_bins % 2 == 0:
+        raise UserError(
+            f"algo.num_bins={cfg.algo.num_bins} must be odd and >= 3, so one bin sits at 0"
+        )
     if cfg.compile.mode is not None and cfg.compile.options:
         raise UserError(
             f"compile.mode={cfg.compile.mode} and compile.options are both set; torch.compile "
@@ -345,7 +422,7 @@ def validate(cfg: Config) -> Config:
         )
     if cfg.env.from_pixels and cfg.env.image_size != 64:
         raise UserError(
-            f"env.image_size={cfg.env.image_size}: Dreamer V1's conv encoder/decoder are "
+            f"env.image_size={cfg.env.image_size}: the conv encoders/decoders are "
             "built for 64x64 frames; set env.image_size=64"
         )
     if cfg.profiling.last_update < cfg.profiling.first_update:

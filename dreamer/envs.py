@@ -149,7 +149,7 @@ def _base_env(env_cfg: EnvConfig, device: torch.device, pixels: bool, pixels_onl
         )
     if env_cfg.backend == "dm_control":
         configure_mujoco_gl()
-        _require("dm_control", "install it with: pip install dm-control 'mujoco==3.17.*'")
+        _require("dm_control", "install the extra: pip install 'dreamer[dmc]' (in a checkout: pip install -e '.[dmc]')")
         from dm_control import suite
         from torchrl.envs import DMControlWrapper
 
@@ -168,7 +168,7 @@ def _base_env(env_cfg: EnvConfig, device: torch.device, pixels: bool, pixels_onl
             render_kwargs={"height": env_cfg.render_size, "width": env_cfg.render_size},
             device=device,
         )
-    _require("ale_py", "install it with: pip install ale-py")
+    _require("ale_py", "install the extra: pip install 'dreamer[atari]' (in a checkout: pip install -e '.[atari]')")
     import ale_py
     import gymnasium
     from torchrl.envs import GymEnv

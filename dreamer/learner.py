@@ -18,6 +18,7 @@ from torchrl.objectives import DreamerActorLoss, DreamerModelLoss, DreamerValueL
 from dreamer.compile import maybe_compile, timed_warmup
 from dreamer.config import Config
 from dreamer.envs import PIXELS_KEY
+from dreamer.health import NonFiniteGuard
 from dreamer.models import DreamerV1Models
 from dreamer.transforms import VectorAsImage
 
@@ -46,20 +47,23 @@ class MetricsAccumulator:
         self.total.add_(values.detach().float())
         self.count += 1
 
-    def flush(self) -> dict[str, float]:
-        """Means since the last flush: the one host sync per log interval."""
+    def flush(self, extra: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+        """Means since the last flush, plus ``extra`` device scalars in the same
+        transfer: the one host sync per log interval."""
         if self.count == 0:
             return {}
-        means = (self.total / self.count).tolist()
+        extra = extra or {}
+        values = torch.cat([self.total / self.count, *(v.reshape(1).float() for v in extra.values())])
+        host = values.tolist()
         self.total.zero_()
         self.count = 0
-        return dict(zip(self.names, means))
+        return dict(zip(self.names + tuple(extra), host))
 
 
-def _adam(params, lr: float, eps: float, device: torch.device) -> torch.optim.Adam:
-    # Fused kernels on CUDA; foreach (multi-tensor) on CPU.
-    fused = device.type == "cuda"
-    return torch.optim.Adam(params, lr=lr, eps=eps, fused=fused, foreach=None if fused else True)
+def _adam(params, lr: float, eps: float) -> torch.optim.Adam:
+    # Fused kernels (CUDA and CPU): only they take a device-side found_inf flag
+    # that skips a non-finite step without a host sync (see dreamer.health).
+    return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
 
 
 class DreamerV1Learner:
@@ -106,14 +110,15 @@ class DreamerV1Learner:
         self.actor_params = list(m["actor"].parameters())
         self.value_params = list(m["value"].parameters())
         self.optimizers = {
-            "world_model": _adam(self.world_model_params, a.world_model_lr, a.adam_eps, device),
-            "actor": _adam(self.actor_params, a.actor_lr, a.adam_eps, device),
-            "value": _adam(self.value_params, a.value_lr, a.adam_eps, device),
+            "world_model": _adam(self.world_model_params, a.world_model_lr, a.adam_eps),
+            "actor": _adam(self.actor_params, a.actor_lr, a.adam_eps),
+            "value": _adam(self.value_params, a.value_lr, a.adam_eps),
         }
         self.metrics = MetricsAccumulator(METRIC_NAMES, device)
         # Data-parallel learners average each phase's gradients across ranks
         # here (dreamer.distributed.GradientAverager); None on one process.
         self.grad_sync = None
+        self.nonfinite = NonFiniteGuard(device)
         self._vector_as_image = VectorAsImage()
 
     # -- data -----------------------------------------------------------------
@@ -168,9 +173,10 @@ class DreamerV1Learner:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
-    def _step(self, name: str, loss: torch.Tensor, params: list) -> torch.Tensor:
-        # Backward, gradient sync, clip and step of each phase: one range name, so a
-        # trace sums the optimisation work of all three phases.
+    def _step(self, name: str, loss: torch.Tensor, params: list) -> tuple[torch.Tensor, torch.Tensor]:
+        """Backward, gradient sync, clip, step; a non-finite gradient norm skips the
+        step on the device. Returns (grad norm, found_inf 0./1.). One range name for
+        all three phases, so a trace sums the optimisation work."""
         with record_function("## train/optim ##"):
             opt = self.optimizers[name]
             opt.zero_grad(set_to_none=True)
@@ -178,8 +184,10 @@ class DreamerV1Learner:
             if self.grad_sync is not None:
                 self.grad_sync(params)
             grad_norm = clip_grad_norm_(params, self.grad_clip)
+            found_inf = (~torch.isfinite(grad_norm)).float()
+            opt.found_inf = found_inf  # read by the fused Adam kernel, as GradScaler does
             opt.step()
-        return grad_norm
+        return grad_norm, found_inf
 
     def update(self, batch: TensorDictBase) -> None:
         """One Dreamer update (world model, actor, value) with no host sync."""
@@ -188,15 +196,15 @@ class DreamerV1Learner:
             with self._autocast():
                 wm_td, latent = self.world_model_loss(batch)
             wm_loss = wm_td["loss_model_kl"] + wm_td["loss_model_reco"] + wm_td["loss_model_reward"]
-        wm_grad = self._step("world_model", wm_loss, self.world_model_params)
+        wm_grad, wm_inf = self._step("world_model", wm_loss, self.world_model_params)
         with record_function("## train/actor ##"):
             with self._autocast():
                 actor_td, imagined = self._actor_loss_fn(latent.reshape(-1))
-            actor_grad = self._step("actor", actor_td["loss_actor"], self.actor_params)
+            actor_grad, actor_inf = self._step("actor", actor_td["loss_actor"], self.actor_params)
         with record_function("## train/value ##"):
             with self._autocast():
                 value_td, _ = self._value_loss_fn(imagined)
-            value_grad = self._step("value", value_td["loss_value"], self.value_params)
+            value_grad, value_inf = self._step("value", value_td["loss_value"], self.value_params)
         self.metrics.add(
             torch.stack(
                 [
@@ -206,9 +214,12 @@ class DreamerV1Learner:
                 ]
             )
         )
+        self.nonfinite.observe(torch.stack([wm_inf, actor_inf, value_inf]))
 
     def flush_metrics(self) -> dict[str, float]:
-        return self.metrics.flush()
+        metrics = self.metrics.flush(self.nonfinite.counts())
+        self.nonfinite.reset()
+        return metrics
 
     # -- checkpoint -----------------------------------------------------------
     def state_dict(self) -> dict:

@@ -38,7 +38,6 @@ from torchrl.modules import (
     RSSMPosterior,
     RSSMPrior,
     RSSMRollout,
-    TanhNormal,
     WorldModelWrapper,
 )
 from torchrl.modules.distributions import ReparamGradientStrategy
@@ -46,6 +45,7 @@ from torchrl.modules.distributions import ReparamGradientStrategy
 from dreamer.config import Config
 from dreamer.envs import PIXELS_KEY, is_discrete, observation_key
 from dreamer.transforms import PixelPreprocess
+from torchrl_ext import FixedBoundsTanhNormal, NonTerminatingDreamerEnv
 
 ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "silu": nn.SiLU, "tanh": nn.Tanh}
 
@@ -130,6 +130,12 @@ def build_models(cfg: Config, env: EnvBase, device: torch.device) -> DreamerV1Mo
         modules["decoder"] = ObsDecoder(
             channels=a.encoder_channels, latent_dim=latent, out_channels=pre.out_channels, device=device
         )
+        if cfg.channels_last:
+            # NHWC is oneDNN's native conv layout on CPU (and cuDNN's fast one), and
+            # the (H, W, C) frames are already NHWC after PixelPreprocess's permute,
+            # so the encoder reads them with no transposing copy.
+            for name in ("encoder", "decoder"):
+                modules[name].to(memory_format=torch.channels_last)
         wm_encoder, wm_decoder = modules["encoder"], modules["decoder"]
     else:
         obs_dim = env.observation_spec[obs_key].shape[-1]
@@ -187,11 +193,12 @@ def build_models(cfg: Config, env: EnvBase, device: torch.device) -> DreamerV1Mo
             activation_class=act, device=device,
         )
         low, high = _action_bounds(env)
+        FixedBoundsTanhNormal.check_bounds(low, high)
         actor = ProbabilisticTensorDictSequential(
             TensorDictModule(modules["actor"], in_keys=["state", "belief"], out_keys=["loc", "scale"]),
             ProbabilisticTensorDictModule(
                 in_keys=["loc", "scale"], out_keys=["action"],
-                distribution_class=TanhNormal,
+                distribution_class=FixedBoundsTanhNormal,
                 # The env's own bounds: a [-1, 1] squash would use half of
                 # Pendulum's torque range.
                 distribution_kwargs={"low": low.to(device), "high": high.to(device), "tanh_loc": True},
@@ -230,7 +237,8 @@ def build_models(cfg: Config, env: EnvBase, device: torch.device) -> DreamerV1Mo
         ),
     )
 
-    model_based_env = DreamerEnv(
+    # Imagined rollouts never test for done: no host sync per imagined step.
+    model_based_env = NonTerminatingDreamerEnv(
         world_model=WorldModelWrapper(
             TensorDictModule(
                 modules["prior"], in_keys=["state", "belief", "action"],

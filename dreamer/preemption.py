@@ -17,6 +17,13 @@ STOP_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
 
 _requested_by: int | None = None
 _previous: dict[int, object] = {}
+_installed = False
+
+
+def installed() -> bool:
+    """True inside a requeueing job (a launcher or a SLURM batch job installed the
+    handlers): a stop then means checkpoint and requeue, not finish."""
+    return _installed
 
 
 def requested() -> bool:
@@ -37,8 +44,9 @@ def request(signum: int, frame=None) -> None:
 def install(signals: Iterable[int] = STOP_SIGNALS) -> None:
     """Route ``signals`` to :func:`request`, remembering the handlers they replace
     (installing twice keeps the first ones: those are what uninstall restores)."""
-    global _requested_by
+    global _requested_by, _installed
     _requested_by = None
+    _installed = True
     for signum in signals:
         previous = signal.signal(signum, request)
         if previous is not request:
@@ -47,6 +55,8 @@ def install(signals: Iterable[int] = STOP_SIGNALS) -> None:
 
 def uninstall() -> None:
     """Put back the handlers :func:`install` replaced."""
+    global _installed
+    _installed = False
     for signum, handler in _previous.items():
         signal.signal(signum, handler)
     _previous.clear()

@@ -21,7 +21,7 @@ from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
 
 from dreamer.config import Config
 from dreamer.errors import UserError
-from torchrl_ext import PinnedLazyTensorStorage, SliceCursorWriter
+from torchrl_ext import PinnedLazyTensorStorage, PlainWriteReplayBuffer, SliceCursorWriter
 
 TRAJ_KEY = ("collector", "traj_ids")
 
@@ -69,7 +69,7 @@ def make_replay_buffer(cfg: Config, device: torch.device) -> TensorDictReplayBuf
     transform = None
     if device.type != "cpu":
         transform = functools.partial(_to_device, device=device, pin=pin)
-    return TensorDictReplayBuffer(
+    return PlainWriteReplayBuffer(
         storage=storage,
         sampler=sampler,
         writer=SliceCursorWriter(),

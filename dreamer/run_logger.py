@@ -54,6 +54,26 @@ class RunLogger:
                 if isinstance(value, (int, float)) and key != "frames":
                     self.logger.log_scalar(key, value, step=step)
 
+    def rewind(self, updates: int) -> None:
+        """Drop metrics.jsonl lines past ``updates`` (and a line torn by a kill), atomically.
+
+        A resumed run restarts from its checkpoint; the lines the killed run
+        logged after it would otherwise make frames/updates go backwards.
+        """
+        if not self.metrics_path.exists():
+            return
+        kept = []
+        for line in self.metrics_path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if record.get("updates", 0) <= updates:
+                kept.append(line + "\n")
+        tmp = self.metrics_path.with_name(".metrics.jsonl.tmp")
+        tmp.write_text("".join(kept))
+        os.replace(tmp, self.metrics_path)
+
     def log_video(self, frames: torch.Tensor, tag: str, frames_seen: int, fps: int = 15) -> Path:
         """(T, H, W, C) uint8 -> videos/<tag>_<frames>.mp4 (and W&B when used)."""
         import imageio

@@ -13,26 +13,30 @@ import tqdm
 from torch.profiler import record_function
 
 from dreamer import checkpoint as ckpt
-from dreamer import distributed, preemption
+from dreamer import compile_cache, distributed, health, preemption, resume
 from dreamer.cadence import Every, Ratio
 from dreamer.collectors import make_collector, resolve_num_workers
-from dreamer.config import Config, load_config, to_dict
+from dreamer.config import Config, to_dict
 from dreamer.envs import check_env, close_env, make_env
 from dreamer.evaluation import EvalResult, evaluate
 from dreamer.learner import DreamerV1Learner
+from dreamer.learner_v3 import DreamerV3Learner
 from dreamer.models import build_models
+from dreamer.models_v3 import build_models_v3
 from dreamer.profiling import TraceWindow
 from dreamer.replay import bytes_per_step, check_capacity, make_replay_buffer, write
 from dreamer.resources import resolve_autocast, resolve_device, resolve_threads
 from dreamer.run_logger import RunLogger
+from dreamer.signals import StopRequest
+from dreamer.supervisor import SupervisedCollector, WorkerDied
 
 log = logging.getLogger("dreamer")
 
 # algo.name -> (networks builder, learner class)
-ALGORITHMS = {"dreamer_v1": (build_models, DreamerV1Learner)}
-
-# Keys a resumed run may change; everything else comes from the saved config.
-RESUME_OVERRIDABLE = ("train.total_frames", "logger", "eval", "checkpoint", "resume", "profiling")
+ALGORITHMS = {
+    "dreamer_v1": (build_models, DreamerV1Learner),
+    "dreamer_v3": (build_models_v3, DreamerV3Learner),
+}
 
 
 @dataclass
@@ -43,26 +47,15 @@ class Counters:
     timers: dict = field(default_factory=lambda: {"random_phase_s": 0.0, "compile_warmup_s": 0.0, "eval_s": 0.0})
 
 
-def _resume_config(saved: dict, requested: Config) -> Config:
-    """The saved config, with the allow-listed keys taken from this invocation."""
-    merged = dict(saved)
-    current = to_dict(requested)
-    for key in RESUME_OVERRIDABLE:
-        section, _, leaf = key.partition(".")
-        if leaf:
-            merged[section] = {**merged[section], leaf: current[section][leaf]}
-        else:
-            merged[section] = current[section]
-    return load_config(merged)
-
-
 class Trainer:
-    def __init__(self, cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed.Ranks()):
+    def __init__(self, cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed.Ranks(),
+                 overridden: set[str] = frozenset()):
+        self.stop = StopRequest().install()  # SIGTERM/SIGINT/SIGUSR1 -> finish cleanly
         self.resumed_state = None
         if cfg.resume:
-            run_dir = Path(cfg.resume)
-            self.resumed_state = ckpt.load_latest(run_dir)
-            cfg = _resume_config(self.resumed_state["config"], cfg)
+            run_dir, cfg, self.resumed_state = resume.open_run(cfg, overridden)
+        else:
+            resume.refuse_run_dir_with_checkpoints(Path(run_dir))
         self.cfg, self.run_dir, self.ranks = cfg, Path(run_dir), ranks
         check_env(cfg.env)  # a bad env name fails here, in one line, not in a worker
 
@@ -78,7 +71,7 @@ class Trainer:
         )
 
         a = cfg.algo
-        proof_env = make_env(cfg.env, state_dim=a.state_dim, belief_dim=a.rssm_hidden_dim, seed=cfg.seed)
+        proof_env = make_env(cfg.env, state_dim=a.latent_state_dim, belief_dim=a.rssm_hidden_dim, seed=cfg.seed)
         build, learner_cls = ALGORITHMS[cfg.algo.name]
         self.models = build(cfg, proof_env, self.device)
         step_bytes = bytes_per_step(proof_env.rollout(1), self.models.obs_key)
@@ -86,22 +79,33 @@ class Trainer:
         need = check_capacity(cfg, step_bytes)
         log.info("replay: %d steps x %d bytes = %.2f GiB", cfg.buffer.capacity, step_bytes, need / 2**30)
 
+        # Before the workers spawn (they inherit the cache dir) and before any compile.
+        compile_cache.use_cache_dir(cfg.compile)
+        artifact = compile_cache.artifact_to_load(cfg.compile, self.run_dir, self.resumed_state is not None)
+        if artifact is not None and cfg.compile.enabled:
+            compile_cache.load_artifact(artifact)
+
         self.counters = Counters()
         random_frames = cfg.collector.init_random_frames
         if self.resumed_state is not None:
             random_frames = 0  # the policy is trained already
         self.trace_window = TraceWindow(cfg.profiling, active=ranks.is_main)
-        # Collectors first: workers are spawned before any compile state exists.
-        self.collector = make_collector(
-            cfg, self.models.policy(explore=True), random_frames=random_frames, learner_threads=threads,
-            worker_hook=self.trace_window.collector_hook(), rank=ranks.rank,
+        # Collectors first: workers are spawned before any compile state exists
+        # (a restart after a worker died spawns fresh interpreters: still clean).
+        self.collector = SupervisedCollector(
+            lambda restarted: make_collector(
+                cfg, self.models.policy(explore=True), random_frames=0 if restarted else random_frames,
+                learner_threads=threads, worker_hook=self.trace_window.collector_hook(), rank=ranks.rank,
+            ),
+            restart=cfg.collector.restart_on_failure, max_restarts=cfg.collector.max_restarts,
+            should_stop=lambda: self.stop.requested is not None,
         )
 
         self.learner = learner_cls(cfg, self.models, self.device, autocast)
         self.replay = make_replay_buffer(cfg, self.device)
         self.learner.compile()
         self.eval_env = make_env(
-            cfg.env, state_dim=a.state_dim, belief_dim=a.rssm_hidden_dim,
+            cfg.env, state_dim=a.latent_state_dim, belief_dim=a.rssm_hidden_dim,
             seed=cfg.seed + 10**6, record_pixels=cfg.eval.video,
         )
         self.eval_policy = self.models.policy(explore=False)
@@ -117,6 +121,8 @@ class Trainer:
         self.warm = False
         if self.resumed_state is not None:
             self._restore(self.resumed_state)
+        else:
+            self.logger.rewind(0)  # lines of an attempt that died before its first checkpoint
         if ranks.enabled:
             distributed.broadcast_module(self.models.modules)  # identical start on every rank
             self.learner.grad_sync = distributed.GradientAverager(ranks.world_size)
@@ -133,6 +139,7 @@ class Trainer:
             "cadence": {name: getattr(self, name).state_dict() for name in
                         ("ratio", "sync_weights", "log_due", "eval_due", "checkpoint_due")},
             "rng": ckpt.rng_state(),
+            **({"replay": self.replay.state_dict()} if self.cfg.checkpoint.replay else {}),
         }
 
     def _restore(self, state: dict) -> None:
@@ -142,6 +149,13 @@ class Trainer:
         for name, sub in state["cadence"].items():
             getattr(self, name).load_state_dict(sub)
         ckpt.set_rng_state(state["rng"])
+        if "replay" in state:
+            self.replay.load_state_dict(state["replay"])
+            log.info("replay buffer restored: %d steps", len(self.replay))
+        else:
+            log.info("replay buffer not in the checkpoint (checkpoint.replay=false): refilling it")
+        self.logger.rewind(c["updates"])  # lines logged after this checkpoint are replayed anew
+        log.info("checkpoint %s", state["path"])
         log.info("resumed from %s at frames=%d updates=%d", self.run_dir, c["frames"], c["updates"])
 
     def save(self) -> Path | None:
@@ -162,6 +176,8 @@ class Trainer:
         seconds = self.learner.warmup(self.replay.sample())
         self.counters.timers["compile_warmup_s"] = seconds
         log.info("compile warm-up: %.1f s", seconds)
+        if self.cfg.compile.enabled and self.ranks.is_main:  # one writer per run dir
+            compile_cache.save_artifact(self.run_dir)  # portable: compile.cache_artifact=<this file>
         self.warm = True
 
     def _evaluate(self) -> None:
@@ -189,6 +205,7 @@ class Trainer:
         record["updates_per_s"] = (self.counters.updates - updates0) / elapsed
         record["frames_per_s"] = (self.counters.frames - frames0) / elapsed
         self.logger.log(record)
+        health.stop_if_diverged(record, self.cfg.train.stop_after_nonfinite, self.save)
 
     # -- loop -----------------------------------------------------------------
     def run(self) -> dict:
@@ -237,12 +254,15 @@ class Trainer:
                 if self._stop_requested():
                     stopping = True
                     break
+        except WorkerDied as err:
+            path = self.save()  # nothing lost: the run continues from here
+            raise WorkerDied(f"{err}; final checkpoint {path}; continue with resume={self.run_dir}") from None
         finally:
             bar.close()
             self.collector.shutdown()
             self.trace_window.finish()
-        if stopping:
-            return self._stop_for_preemption()
+        if stopping and preemption.installed():
+            return self._stop_for_preemption()  # a requeueing scheduler continues the run
         if steady_start is None:
             steady_start = time.perf_counter()
         steady = max(time.perf_counter() - steady_start - n.timers["eval_s"], 1e-9)
@@ -250,11 +270,17 @@ class Trainer:
         if self.ranks.enabled:
             rank_info = {"world_size": self.ranks.world_size,
                          "max_param_divergence": distributed.max_divergence(self.models.modules)}
-        self._evaluate()
+        if stopping:  # a deadline is near: checkpoint first, no evaluation
+            log.info("stopped by %s at frames=%d updates=%d", self.stop.requested or "rank signal",
+                     n.frames, n.updates)
+        else:
+            self._evaluate()
         self.save()
         if not self.ranks.is_main:
             close_env(self.eval_env)
+            self.stop.uninstall()
             return {"frames": n.frames, "updates": n.updates, **rank_info}
+        last_eval = self.last_eval
         summary = {
             **rank_info,
             "frames": n.frames,
@@ -262,34 +288,41 @@ class Trainer:
             "wall_s": time.perf_counter() - start,
             "updates_per_s": (n.updates - updates0) / steady,
             "frames_per_s": (n.frames - frames0) / steady,
-            "eval_return_mean": self.last_eval.mean,
-            "eval_return_std": self.last_eval.std,
-            "eval_episodes": len(self.last_eval.returns),
+            "eval_return_mean": last_eval.mean if last_eval else None,
+            "eval_return_std": last_eval.std if last_eval else None,
+            "eval_episodes": len(last_eval.returns) if last_eval else 0,
+            "stopped_by": self.stop.requested,
             **{k: v for k, v in n.timers.items()},
         }
         self.logger.write_summary(summary)
         self.logger.log_learning_curve(n.frames)
         self.logger.close()
         close_env(self.eval_env)
+        self.stop.uninstall()
         return summary
 
     def _stop_requested(self) -> bool:
         """A stop signal here or (data-parallel) on any rank: all ranks stop together."""
+        local = self.stop.requested is not None or preemption.requested()
         if not self.ranks.enabled:
-            return preemption.requested()
-        return distributed.any_rank(preemption.requested(), self.device)
+            return local
+        return distributed.any_rank(local, self.device)
 
     def _stop_for_preemption(self) -> dict:
-        """A stop signal arrived: checkpoint and return; no final eval or summary,
-        as the run is not finished (``resume=<run dir>`` continues it)."""
+        """Under a requeueing scheduler: checkpoint and return; no final eval or
+        summary, as the run is not finished (the requeued job resumes it)."""
         path = self.save()
-        log.info("stop requested (signal %s): checkpoint %s at frames=%d updates=%d",
-                 preemption.requested_by(), path, self.counters.frames, self.counters.updates)
+        log.info("stop requested (%s): checkpoint %s at frames=%d updates=%d",
+                 self.stop.requested or preemption.requested_by(), path,
+                 self.counters.frames, self.counters.updates)
         self.logger.close()
         close_env(self.eval_env)
+        self.stop.uninstall()
         return {"preempted": True, "run_dir": str(self.run_dir),
                 "frames": self.counters.frames, "updates": self.counters.updates}
 
 
-def train(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed.Ranks()) -> dict:
-    return Trainer(cfg, run_dir, ranks).run()
+def train(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed.Ranks(),
+          overridden: set[str] = frozenset()) -> dict:
+    """``overridden``: config keys the command line set (checked against the allow-list on resume)."""
+    return Trainer(cfg, run_dir, ranks, overridden).run()

@@ -1,6 +1,7 @@
 """Replay write path: a collector batch of K steps into the storage, three ways.
 
-- direct:   torchrl_ext.SliceCursorWriter -> one _stack_onto_ into storage[slice]
+- direct:   our write path: torchrl_ext.PlainWriteReplayBuffer (no inverse-transform
+            clone) + SliceCursorWriter -> one _stack_onto_ into storage[slice]
 - fallback: stack the K step tensordicts into a temporary, then copy (what a
             list write costs upstream: _flip_list + storage[index] = data)
 - upstream: torchrl's RoundRobinWriter + TensorStorage.set on the lazy stack
@@ -25,7 +26,7 @@ from tensordict import LazyStackedTensorDict, TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.writers import RoundRobinWriter
 
-from torchrl_ext import SliceCursorWriter
+from torchrl_ext import PlainWriteReplayBuffer, SliceCursorWriter
 
 CAPACITY = 20_000
 
@@ -43,7 +44,8 @@ def make_step(i: int) -> TensorDict:
 
 
 def buffer(writer) -> TensorDictReplayBuffer:
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(CAPACITY), writer=writer, batch_size=1)
+    cls = PlainWriteReplayBuffer if isinstance(writer, SliceCursorWriter) else TensorDictReplayBuffer
+    rb = cls(storage=LazyTensorStorage(CAPACITY), writer=writer, batch_size=1)
     rb.extend(LazyStackedTensorDict.lazy_stack([make_step(0)] * 2))  # allocate storage
     return rb
 
@@ -67,19 +69,22 @@ METHODS = {
 }
 
 
-def time_method(name: str, k: int, writes: int, reps: int) -> float:
-    writer_cls, write = METHODS[name]
-    rb = buffer(writer_cls())
+def time_methods(k: int, writes: int, reps: int) -> dict[str, float]:
+    """Median ms per write for each method; the methods alternate within each
+    repetition so machine noise hits them alike."""
     steps = [make_step(i) for i in range(k)]
-    for _ in range(3):
-        write(rb, steps)
-    samples = []
+    buffers = {name: buffer(writer_cls()) for name, (writer_cls, _) in METHODS.items()}
+    for name, (_, write) in METHODS.items():
+        for _ in range(10):
+            write(buffers[name], steps)
+    samples: dict[str, list[float]] = {name: [] for name in METHODS}
     for _ in range(reps):
-        start = time.perf_counter()
-        for _ in range(writes):
-            write(rb, steps)
-        samples.append((time.perf_counter() - start) / writes * 1e3)
-    return statistics.median(samples)
+        for name, (_, write) in METHODS.items():
+            start = time.perf_counter()
+            for _ in range(writes):
+                write(buffers[name], steps)
+            samples[name].append((time.perf_counter() - start) / writes * 1e3)
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def main() -> None:
@@ -95,8 +100,7 @@ def main() -> None:
     rows = []
     print(f"{'K':>5} {'direct ms':>10} {'fallback ms':>12} {'upstream ms':>12} {'x fallback':>11} {'x upstream':>11}")
     for k in args.ks:
-        # Interleave the methods per K so machine noise hits them alike.
-        ms = {name: time_method(name, k, args.writes, args.reps) for name in METHODS}
+        ms = time_methods(k, args.writes, args.reps)
         row = {"k": k, **{f"{n}_ms": v for n, v in ms.items()},
                "speedup_vs_fallback": ms["fallback"] / ms["direct"],
                "speedup_vs_upstream": ms["upstream"] / ms["direct"]}

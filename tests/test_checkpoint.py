@@ -38,11 +38,14 @@ def test_failed_save_leaves_previous_checkpoint_and_no_partial_files(tmp_path, m
 
     def crash_mid_write(obj, f, *args, **kwargs):
         f.write(b"PARTIAL-CHECKPOINT-BYTES" * 100)  # some bytes reach the file...
-        raise OSError("disk full")  # ...then the write dies
+        raise OSError(28, "disk full")  # ...then the write dies (ENOSPC)
 
     monkeypatch.setattr(torch, "save", crash_mid_write)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(ckpt.CheckpointWriteError) as err:
         ckpt.save_checkpoint(tmp_path, _state(2), updates=20, keep=3)
+    # One line naming the failed file, the reason and the checkpoint that survived.
+    assert "ckpt_0000000020.pt (disk full)" in str(err.value)
+    assert f"the previous checkpoint {ckpt.list_checkpoints(tmp_path)[-1]} is intact" in str(err.value)
     monkeypatch.setattr(torch, "save", real_save)
 
     # Nothing new: no ckpt_*20.pt, no temp file, the old one untouched.
@@ -50,6 +53,35 @@ def test_failed_save_leaves_previous_checkpoint_and_no_partial_files(tmp_path, m
     assert not list((tmp_path / ckpt.CHECKPOINT_DIR).glob("*tmp*"))
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == before
     assert ckpt.load_latest(tmp_path)["tag"] == 1
+
+
+def test_checkpoint_carries_a_manifest(tmp_path):
+    import torchrl
+
+    config = {"buffer": {"batch_size": 4}, "seed": 0}
+    ckpt.save_checkpoint(tmp_path, {"config": config}, updates=42, keep=1)
+    manifest = ckpt.load_latest(tmp_path)["manifest"]
+    assert manifest["updates"] == 42
+    assert manifest["config_hash"] == ckpt.config_hash({"seed": 0, "buffer": {"batch_size": 4}})
+    assert manifest["torch"] == torch.__version__ and manifest["torchrl"] == torchrl.__version__
+
+
+def test_a_manifest_that_does_not_match_its_config_falls_back(tmp_path, capsys):
+    ckpt.save_checkpoint(tmp_path, {"config": {"seed": 1}, "tag": 1}, updates=1, keep=3)
+    newest = ckpt.save_checkpoint(tmp_path, {"config": {"seed": 2}, "tag": 2}, updates=2, keep=3)
+    state = torch.load(newest, weights_only=False)
+    state["config"]["seed"] = 3  # the stored config no longer matches what was hashed
+    torch.save(state, newest)
+    assert ckpt.load_latest(tmp_path)["tag"] == 1
+    assert str(newest) in capsys.readouterr().err
+
+
+def test_a_stale_temp_file_from_a_killed_write_is_cleaned_up(tmp_path):
+    ckpt.save_checkpoint(tmp_path, _state(1), updates=1, keep=3)
+    stale = tmp_path / ckpt.CHECKPOINT_DIR / ".ckpt_0000000002.pt.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    ckpt.save_checkpoint(tmp_path, _state(3), updates=3, keep=3)
+    assert not stale.exists()
 
 
 def test_rotation_keeps_the_newest(tmp_path):
@@ -77,7 +109,9 @@ def test_load_latest_falls_back_when_newest_is_truncated(tmp_path, capsys):
     data = newest.read_bytes()
     newest.write_bytes(data[: len(data) // 3])  # truncated by a crash / full disk
     assert ckpt.load_latest(tmp_path)["tag"] == 1
-    assert newest.name in capsys.readouterr().out  # the user is told which file was skipped
+    warning = capsys.readouterr().err.strip().splitlines()
+    assert len(warning) == 1 and warning[0].startswith("warning: ")
+    assert str(newest) in warning[0]  # the user is told which file was skipped
 
 
 def test_load_latest_falls_back_when_newest_is_garbage(tmp_path):
@@ -129,3 +163,33 @@ def test_rng_state_survives_a_checkpoint(tmp_path):
     torch.manual_seed(999)
     ckpt.set_rng_state(ckpt.load_latest(tmp_path)["rng"])
     assert torch.equal(torch.rand(8), expected)
+
+
+def test_a_full_disk_mid_checkpoint_keeps_the_previous_one_end_to_end(tmp_path):
+    """The OS refuses the write for real (a file-size limit, as a full disk would); no patching."""
+    import hashlib
+    import resource
+
+    from helpers_e2e import FAST, start
+
+    run_dir = tmp_path / "run"
+    first = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=300", "eval.every=1000")
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err[-3000:]
+    previous = ckpt.list_checkpoints(run_dir)[-1]
+    digest = hashlib.sha256(previous.read_bytes()).hexdigest()
+
+    # With the replay buffer (~25 MB) a checkpoint no longer fits under a 5 MB file-size limit.
+    limit = 5 * 2**20
+    assert previous.stat().st_size < limit
+    resumed = start(f"resume={run_dir}", "train.total_frames=600", "checkpoint.replay=true",
+                    "logger.progress_bar=false", f"hydra.run.dir={tmp_path / 'h'}",
+                    preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 2
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert last.startswith("error: could not write checkpoint") and "File too large" in last
+    assert f"the previous checkpoint {previous} is intact" in last
+    assert ckpt.list_checkpoints(run_dir)[-1] == previous
+    assert hashlib.sha256(previous.read_bytes()).hexdigest() == digest
+    assert not list((run_dir / ckpt.CHECKPOINT_DIR).glob(".*tmp"))

@@ -236,3 +236,48 @@ def test_every_config_key_is_read_somewhere():
         if not any(re.search(r"\.%s\b" % re.escape(name), text) for text in sources.values())
     ]
     assert not unread, f"config keys never read outside config.py: {', '.join(unread)}"
+
+
+# -- Dreamer V3 keys -------------------------------------------------------------
+
+
+def test_algo_dreamer_v3_selects_v3_with_paper_defaults(compose):
+    cfg = load_config(compose(["algo=dreamer_v3"]))
+    a = cfg.algo
+    assert a.name == "dreamer_v3"
+    assert (a.num_categoricals, a.num_classes, a.unimix) == (32, 32, 0.01)
+    assert (a.free_bits, a.dyn_loss_scale, a.rep_loss_scale, a.num_bins) == (1.0, 0.5, 0.1, 255)
+    assert (a.agc, a.adam_eps, a.return_norm_rate, a.slow_critic_tau) == (0.3, 1e-20, 0.01, 0.02)
+    # The envs and collectors carry V3's categorical latent, not V1's state_dim.
+    assert a.latent_state_dim == 32 * 32
+    assert load_config(compose([])).algo.latent_state_dim == Config().algo.state_dim
+
+
+def test_pendulum_v3_preset_is_v3_on_pendulum_states(compose):
+    cfg = load_config(compose(["experiment=pendulum_v3"]))
+    assert cfg.algo.name == "dreamer_v3"
+    assert cfg.env.name == "Pendulum-v1" and not cfg.env.from_pixels
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("name", "dreamer_v2", "choose one of: dreamer_v1, dreamer_v3"),
+        ("num_categoricals", 0, "algo.num_categoricals=0 must be > 0"),
+        ("num_classes", -4, "algo.num_classes=-4 must be > 0"),
+        ("mlp_layers", 0, "algo.mlp_layers=0 must be > 0"),
+        ("unimix", 1.0, "algo.unimix=1.0 must be in [0.0, 1.0)"),
+        ("free_bits", -1.0, "algo.free_bits=-1.0 must be >= 0"),
+        ("dyn_loss_scale", -0.5, "algo.dyn_loss_scale=-0.5 must be >= 0"),
+        ("agc", -0.3, "algo.agc=-0.3 must be >= 0"),
+        ("lr_warmup_steps", -1, "algo.lr_warmup_steps=-1 must be >= 0"),
+        ("slow_critic_tau", 1.5, "algo.slow_critic_tau=1.5 is an EMA rate: it must be in (0, 1]"),
+        ("return_norm_rate", 0.0, "algo.return_norm_rate=0.0"),
+        ("num_bins", 254, "algo.num_bins=254 must be odd"),
+    ],
+)
+def test_bad_v3_keys_are_one_line_errors_naming_the_key(key, value, message):
+    with pytest.raises(UserError) as err:
+        load_config({"algo": {"name": "dreamer_v3", key: value}})
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)

@@ -63,6 +63,8 @@ def test_smoke_run_leaves_summary_metrics_checkpoint_and_video(smoke_run: Path):
     assert any("eval_return_mean" in m for m in metrics)
     assert list((smoke_run / "checkpoints").glob("ckpt_*.pt"))
     assert list((smoke_run / "videos").glob("*.mp4"))
+    # the portable compile cache another machine can start warm from
+    assert (smoke_run / "compile_cache.bin").stat().st_size > 0
 
 
 def test_resume_continues_counters_from_the_checkpoint(smoke_run: Path):
@@ -71,14 +73,25 @@ def test_resume_continues_counters_from_the_checkpoint(smoke_run: Path):
     result = dreamer("experiment=smoke", f"resume={smoke_run}", "train.total_frames=800",
                      "logger.progress_bar=false")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"resumed from {smoke_run} at frames={before['frames']} updates={before['updates']}" in (
-        result.stdout + result.stderr
-    )
+    log = result.stdout + result.stderr
+    assert f"resumed from {smoke_run} at frames={before['frames']} updates={before['updates']}" in log
+    assert f"compile cache loaded from {smoke_run / 'compile_cache.bin'}" in log
     after = json.loads((smoke_run / "summary.json").read_text())
     assert after["frames"] >= 800 and after["updates"] > before["updates"]
     new = read_metrics(smoke_run)[n_lines:]
     assert new and min(m["updates"] for m in new) > before["updates"]
     assert min(m["frames"] for m in new) >= before["frames"]
+
+
+def test_resume_refuses_an_override_outside_the_allow_list(smoke_run: Path, tmp_path):
+    checkpoints = sorted((smoke_run / "checkpoints").iterdir())
+    result = dreamer("experiment=smoke", f"resume={smoke_run}", "buffer.batch_size=8",
+                     f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: resume=") and "Traceback" not in result.stderr
+    assert "refused override: buffer.batch_size (saved 4, given 8)" in lines[-1]
+    assert sorted((smoke_run / "checkpoints").iterdir()) == checkpoints  # nothing touched
 
 
 def test_wandb_run_offline_without_an_account_carries_config_tags_curve_and_video(tmp_path):
@@ -104,19 +117,84 @@ def test_wandb_run_offline_without_an_account_carries_config_tags_curve_and_vide
         assert text in data, text
 
 
-@pytest.mark.parametrize(
-    "overrides, message",
-    [
-        (["compile.backend=tvm"], "compile.backend='tvm' is not allowed; choose one of: inductor, aot_eager, eager"),
-        (["compile.mode=default"], "compile.mode=default and compile.options are both set"),
-        (["env.name=NoSuchEnv-v9"], "unknown gymnasium env 'NoSuchEnv-v9'; available:"),
-        (["buffer.batch_size=0"], "buffer.batch_size=0 must be > 0"),
-        (["buffer.batch_length=500"], "buffer.batch_length=500 is longer than env.max_episode_steps=100"),
-    ],
-)
-def test_bad_input_is_one_clear_line(overrides, message, tmp_path):
-    result = dreamer(*overrides, f"hydra.run.dir={tmp_path / 'run'}")
-    assert result.returncode == 2
+def _a_file(tmp_path: Path) -> Path:
+    path = tmp_path / "a_file"
+    path.write_text("not a directory")
+    return path
+
+
+def _hidden_dm_control(tmp_path: Path) -> dict:
+    """An import path on which dm_control fails to import, as when it is not installed."""
+    shadow = tmp_path / "shadow" / "dm_control"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError(\"No module named 'dm_control'\")\n")
+    return {"PYTHONPATH": os.pathsep.join([str(shadow.parent), str(ROOT)])}
+
+
+# (overrides, message, environment) -- tmp_path-dependent entries are callables.
+BAD_INPUTS = {
+    "invalid choice": (["compile.backend=tvm"],
+                       "compile.backend='tvm' is not allowed; choose one of: inductor, aot_eager, eager"),
+    "mode with options": (["compile.mode=default"], "compile.mode=default and compile.options are both set"),
+    "unknown env": (["env.name=NoSuchEnv-v9"], "unknown gymnasium env 'NoSuchEnv-v9'; available:"),
+    "unknown preset": (["experiment=nope"],
+                       "Could not find 'experiment/nope'; choose experiment= one of: atari_pong, default,"),
+    "unknown env preset": (["env=nope"], "Could not find 'env/nope'; choose env= one of: atari, dmc,"),
+    "unknown key": (["buffer.nosuch=1"], "Could not override 'buffer.nosuch': Key 'nosuch' not in"),
+    "wrong type": (["buffer.batch_size=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
+    "zero size": (["buffer.batch_size=0"], "buffer.batch_size=0 must be > 0"),
+    "negative size": (["buffer.capacity=-5"], "buffer.capacity=-5 must be > 0"),
+    "sequence longer than episode": (["buffer.batch_length=500"],
+                                     "buffer.batch_length=500 is longer than env.max_episode_steps=100"),
+    "unwritable output dir": (lambda tmp: [f"hydra.run.dir={_a_file(tmp)}/run"], "cannot be written (Not a directory)"),
+    "resume without checkpoint": (lambda tmp: [f"resume={tmp}"], "no checkpoint in"),
+    "missing optional dependency": (["env=dmc"], "pip install 'dreamer[dmc]'", _hidden_dm_control),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_one_clear_line(case, tmp_path):
+    overrides, message, *env_for = BAD_INPUTS[case]
+    if callable(overrides):
+        overrides = overrides(tmp_path)
+    if not any(o.startswith("hydra.run.dir=") for o in overrides):
+        overrides = [*overrides, f"hydra.run.dir={tmp_path / 'run'}"]
+    env = {**os.environ, "SDL_VIDEODRIVER": "dummy", **(env_for[0](tmp_path) if env_for else {})}
+    env.pop("HYDRA_FULL_ERROR", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "dreamer", *overrides], cwd=ROOT, env=env, capture_output=True,
+        text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert lines and lines[-1].startswith("error: ") and message in lines[-1]
+    assert lines and lines[-1].startswith("error: ") and message in lines[-1], lines[-1:]
     assert "Traceback" not in result.stderr
+
+
+V3_TINY = (
+    "algo=dreamer_v3", "compile=off", "env.max_episode_steps=50",
+    "algo.rssm_hidden_dim=16", "algo.hidden_dim=16", "algo.num_categoricals=4", "algo.num_classes=4",
+    "algo.num_bins=31", "algo.mlp_layers=1", "algo.imagination_horizon=3",
+    "collector.num_workers=1", "collector.frames_per_batch=25", "collector.init_random_frames=50",
+    "buffer.batch_size=2", "buffer.batch_length=10", "buffer.capacity=1000",
+    "train.train_ratio=10", "logger.log_every=5", "eval.every=10", "eval.episodes=1",
+    "checkpoint.every=10", "logger.progress_bar=false",
+)
+
+
+def test_dreamer_v3_tiny_run_trains_evaluates_and_resumes(tmp_path):
+    run_dir = tmp_path / "v3"
+    result = dreamer(*V3_TINY, "train.total_frames=300", f"hydra.run.dir={run_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert SUMMARY_KEYS <= summary.keys()
+    assert summary["frames"] >= 300 and summary["updates"] > 0
+    metrics = read_metrics(run_dir)
+    assert any("loss_model_dynamic" in m and "return_scale" in m for m in metrics)
+    assert any("eval_return_mean" in m for m in metrics)
+    assert list((run_dir / "checkpoints").glob("ckpt_*.pt"))
+
+    resumed = dreamer(*V3_TINY, f"resume={run_dir}", "train.total_frames=400")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = json.loads((run_dir / "summary.json").read_text())
+    assert after["frames"] >= 400 and after["updates"] > summary["updates"]

@@ -26,7 +26,7 @@ from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
 
 CPU = torch.device("cpu")
 PARTS = ("encoder", "decoder", "prior", "posterior", "reward", "actor", "value")
-HOST_TRANSFERS = ("item", "cpu", "tolist", "__float__", "numpy")
+HOST_TRANSFERS = ("item", "cpu", "tolist", "__float__", "__int__", "__bool__", "numpy")
 
 
 def _setup(pixels: bool, **env_overrides):
@@ -98,7 +98,7 @@ def test_updates_change_every_parameter_and_report_finite_metrics(setup, request
         assert all(torch.isfinite(p).all() for p in params.values()), f"{part} has non-finite weights"
 
     metrics = learner.flush_metrics()
-    assert set(metrics) == set(METRIC_NAMES)
+    assert set(metrics) == set(METRIC_NAMES) | {"updates_skipped_nonfinite", "nonfinite_streak"}
     for name, value in metrics.items():
         assert isinstance(value, float), name
         assert math.isfinite(value), f"{name}={value}"
@@ -217,7 +217,7 @@ def test_flush_metrics_is_exactly_one_host_transfer(state_setup, monkeypatch):
     spy_tensor_methods(monkeypatch, HOST_TRANSFERS, counter)
     metrics = learner.flush_metrics()
     monkeypatch.undo()
-    assert set(metrics) == set(METRIC_NAMES)
+    assert set(metrics) == set(METRIC_NAMES) | {"updates_skipped_nonfinite", "nonfinite_streak"}
     assert counter.total() == 1, counter.report()
     assert counter.counts["tolist"] == 1
 
@@ -340,3 +340,59 @@ def test_actor_targets_are_lambda_returns_over_the_imagination_horizon(state_set
     expected = _reference_lambda_returns(reward, next_value, cfg.algo.gamma, cfg.algo.lmbda)
     got = learner.actor_loss.lambda_target(reward, next_value)
     torch.testing.assert_close(got, expected)
+
+
+# -- memory layout -----------------------------------------------------------------
+def test_channels_last_convs_compute_the_same_update(pixel_setup):
+    """NHWC conv weights change speed, not numbers: same losses and gradients."""
+    cfg, env, batch = pixel_setup
+    results = {}
+    for layout in (False, True):
+        layout_cfg = copy.deepcopy(cfg)
+        layout_cfg.channels_last = layout
+        learner = _learner(layout_cfg, env, seed=3)
+        decoder_weight = next(learner.models.modules["decoder"].decoder.parameters())
+        assert decoder_weight.is_contiguous(memory_format=torch.channels_last) == layout
+        wm_td, _ = learner.world_model_loss(learner.prepare(batch.clone()))
+        loss = wm_td["loss_model_kl"] + wm_td["loss_model_reco"] + wm_td["loss_model_reward"]
+        loss.backward()
+        grads = [p.grad.clone() for part in ("encoder", "decoder")
+                 for p in learner.models.modules[part].parameters()]
+        results[layout] = (loss.detach(), grads)
+    torch.testing.assert_close(results[True][0], results[False][0], rtol=1e-4, atol=1e-5)
+    for nhwc, nchw in zip(results[True][1], results[False][1]):
+        torch.testing.assert_close(nhwc, nchw, rtol=1e-3, atol=1e-5)
+
+
+# -- non-finite updates -------------------------------------------------------------
+
+
+def _optimizer_steps(learner):
+    return {name: [float(s["step"]) for s in opt.state.values()] for name, opt in learner.optimizers.items()}
+
+
+def test_a_non_finite_update_is_skipped_counted_and_leaves_weights_and_moments(state_setup):
+    cfg, env, batch = state_setup
+    learner = _learner(cfg, env)
+    learner.update(batch.clone())  # one good update: optimiser state exists
+    learner.flush_metrics()
+    weights = {k: v.clone() for k, v in learner.models.modules.state_dict().items()}
+    steps = _optimizer_steps(learner)
+    poisoned = batch.clone()
+    poisoned["next", "reward"][0, 0] = float("inf")  # one bad reward -> inf loss -> non-finite grads
+    for _ in range(3):
+        learner.update(poisoned.clone())
+    after = learner.models.modules.state_dict()
+    wm_parts = [k for k in weights if k.split(".")[0] in ("encoder", "decoder", "prior", "posterior", "reward")]
+    assert all(torch.equal(after[k], weights[k]) for k in wm_parts)  # world model step skipped
+    assert _optimizer_steps(learner)["world_model"] == steps["world_model"]
+    metrics = learner.flush_metrics()
+    assert metrics["updates_skipped_nonfinite"] == 3 and metrics["nonfinite_streak"] == 3
+
+    learner.update(batch.clone())  # a good update ends the streak and steps again
+    assert not all(torch.equal(learner.models.modules.state_dict()[k], weights[k]) for k in wm_parts)
+    metrics = learner.flush_metrics()
+    assert metrics["updates_skipped_nonfinite"] == 0
+    assert metrics["nonfinite_streak"] == 3  # the streak carried in from the last interval
+    learner.update(batch.clone())
+    assert learner.flush_metrics()["nonfinite_streak"] == 0

@@ -23,7 +23,7 @@ from dreamer.replay import (
     write,
 )
 from helpers_unit import collector_batch, single_thread, tiny_config  # noqa: F401
-from torchrl_ext import SliceCursorWriter
+from torchrl_ext import PlainWriteReplayBuffer, SliceCursorWriter
 
 CPU = torch.device("cpu")
 
@@ -174,6 +174,48 @@ def test_lazy_stack_is_written_by_a_direct_stack_onto_storage(write_spies):
     assert stored["obs"][:, 0].tolist() == [float(v) for v in ring]
     assert stored["next", "pixels"][:, 0, 0, 0].tolist() == ring
     assert len(rb) == capacity
+
+
+def test_plain_write_buffer_skips_the_per_step_clone_and_stores_the_same(monkeypatch):
+    """No transform, no priorities: extend goes straight to the writer (no
+    shallow clone of every step, no "index" entry) and stores what upstream does."""
+    clones = {"n": 0}
+    clone = tensordict.TensorDict._clone
+
+    def spy_clone(self, *args, **kwargs):
+        clones["n"] += 1
+        return clone(self, *args, **kwargs)
+
+    monkeypatch.setattr(tensordict.TensorDict, "_clone", spy_clone)
+    stored = {}
+    for cls in (PlainWriteReplayBuffer, TensorDictReplayBuffer):
+        rb = cls(storage=LazyTensorStorage(7), writer=SliceCursorWriter())
+        clones["n"] = 0
+        for first in (0, 4, 8):  # the third write wraps around the ring
+            steps = [_step(first + j) for j in range(4)]
+            index = rb.extend(LazyStackedTensorDict.lazy_stack(steps, dim=0))
+            assert "index" not in steps[0].keys()
+        n_clones = clones["n"]
+        stored[cls] = (_storage_td(rb).clone(), index, n_clones)
+    plain, upstream = stored[PlainWriteReplayBuffer], stored[TensorDictReplayBuffer]
+    assert plain[2] == 0 and upstream[2] >= 12  # upstream clones every step
+    assert (plain[0] == upstream[0]).all()
+    assert plain[1].tolist() == upstream[1].tolist()
+
+
+def test_plain_write_buffer_still_applies_a_write_transform():
+    from torchrl.envs.transforms import Transform
+
+    class DoubleOnWrite(Transform):
+        def _inv_apply_transform(self, obs):
+            return obs * 2
+
+    rb = PlainWriteReplayBuffer(
+        storage=LazyTensorStorage(8), writer=SliceCursorWriter(),
+        transform=DoubleOnWrite(in_keys_inv=["obs"], out_keys_inv=["obs"]),
+    )
+    rb.extend(LazyStackedTensorDict.lazy_stack([_step(j) for j in range(3)], dim=0))
+    assert _storage_td(rb)["obs"][:3, 0].tolist() == [0.0, 2.0, 4.0]
 
 
 def test_list_of_steps_is_written_by_a_direct_stack_onto_storage(write_spies):

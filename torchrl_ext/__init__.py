@@ -3,6 +3,16 @@
 Nothing here imports ``dreamer``.
 """
 
-from torchrl_ext.replay import PinnedLazyTensorStorage, SliceCursorWriter
+from torchrl_ext.imagination import FixedBoundsTanhNormal, NonTerminatingDreamerEnv
+from torchrl_ext.replay import PinnedLazyTensorStorage, PlainWriteReplayBuffer, SliceCursorWriter
+from torchrl_ext.weight_sync import LivenessCheckedSharedMemWeightSyncScheme, ReceiverDied
 
-__all__ = ["PinnedLazyTensorStorage", "SliceCursorWriter"]
+__all__ = [
+    "FixedBoundsTanhNormal",
+    "LivenessCheckedSharedMemWeightSyncScheme",
+    "NonTerminatingDreamerEnv",
+    "PinnedLazyTensorStorage",
+    "PlainWriteReplayBuffer",
+    "ReceiverDied",
+    "SliceCursorWriter",
+]

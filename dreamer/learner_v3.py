@@ -1,0 +1,265 @@
+"""Dreamer V3 learner: TorchRL's V3 losses and LaProp/AGC optimiser, a sync-free update.
+
+Same contract as the V1 learner (dreamer/learner.py): ``prepare``,
+``compile``, ``warmup``, ``update``, ``flush_metrics``, ``state_dict``. The
+world model loss runs eager; the actor and value losses go through
+``maybe_compile``. ``update(batch)`` never talks to the host: metrics are
+stacked into one device tensor and summed in :class:`MetricsAccumulator`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from tensordict import TensorDictBase
+from torch.nn.utils import get_total_norm
+from torch.profiler import record_function
+from torchrl.objectives import DreamerV3ActorLoss, DreamerV3ModelLoss, DreamerV3ValueLoss, ValueEstimators
+from torchrl.objectives.utils import SoftUpdate
+from torchrl.trainers.algorithms import DreamerV3Optimizer
+
+from dreamer.compile import maybe_compile, timed_warmup
+from dreamer.config import Config
+from dreamer.envs import PIXELS_KEY
+from dreamer.health import NonFiniteGuard
+from dreamer.learner import MetricsAccumulator
+from dreamer.models_v3 import DreamerV3Models
+
+WORLD_MODEL_LOSSES = (
+    "loss_model_dynamic", "loss_model_representation", "loss_model_reco",
+    "loss_model_reward", "loss_model_continue",
+)
+METRIC_NAMES = WORLD_MODEL_LOSSES + (
+    "loss_actor", "actor_entropy", "return_scale", "loss_value", "value_slow_loss",
+    "grad_norm_world_model", "grad_norm_actor", "grad_norm_value",
+)
+WORLD_MODEL_PARTS = ("encoder", "decoder", "prior", "posterior", "reward", "continuation")
+
+
+def _grad_norm(params: list) -> torch.Tensor:
+    """Norm of the gradients about to be applied (AGC clips inside the optimiser)."""
+    return get_total_norm([p.grad for p in params if p.grad is not None])
+
+
+def _optimizer_tensors(params: list, opt: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """Parameters and the optimiser's state tensors: what a step changes."""
+    state = [v for p in params for v in opt.state.get(p, {}).values() if isinstance(v, torch.Tensor)]
+    return list(params) + state
+
+
+def _undo_where(found_inf: torch.Tensor, tensors: list[torch.Tensor], before: list[torch.Tensor]) -> None:
+    """Put back ``before`` where ``found_inf`` is 1, on the device (no host sync).
+
+    TorchRL's LaProp/AGC optimiser has no ``found_inf`` input like fused Adam's,
+    so a non-finite step is taken and then undone: weights and moments end
+    exactly as they were.
+    """
+    skip = found_inf.bool()
+    with torch.no_grad():
+        for now, then in zip(tensors, before):
+            now.copy_(torch.where(skip, then, now))
+
+
+class DreamerV3Learner:
+    def __init__(
+        self,
+        cfg: Config,
+        models: DreamerV3Models,
+        device: torch.device,
+        autocast_dtype: torch.dtype | None = None,
+    ):
+        a = cfg.algo
+        self.cfg = cfg
+        self.models = models
+        self.device = device
+        self.autocast_dtype = autocast_dtype
+        self.batch_size = cfg.buffer.batch_size
+        self.batch_length = cfg.buffer.batch_length
+        self.obs_key = models.obs_key
+
+        self.world_model_loss = DreamerV3ModelLoss(
+            models.world_model,
+            kl_mode="separate",  # the paper's dynamics and representation terms
+            lambda_dynamic=a.dyn_loss_scale,
+            lambda_representation=a.rep_loss_scale,
+            free_bits=a.free_bits,
+            lambda_continue=1.0,
+            # Vectors: squared error in symlog space; pixels: plain squared error.
+            reco_symlog=self.obs_key != PIXELS_KEY,
+            num_reward_bins=a.num_bins,
+        ).to(device)
+        self.world_model_loss.set_keys(pixels=self.obs_key, reco_pixels="reco_" + self.obs_key)
+        self.actor_loss = DreamerV3ActorLoss(
+            models.actor, models.value, models.model_based_env,
+            continuation_model=models.continuation,
+            imagination_horizon=a.imagination_horizon,
+            entropy_bonus=a.entropy_scale,
+            # One-hot samples have no pathwise gradient; continuous actions
+            # backpropagate through the learned dynamics.
+            use_reinforce=models.discrete,
+            return_normalization_rate=a.return_norm_rate,
+            return_normalization_min_scale=a.return_norm_min_scale,
+        ).to(device)
+        # With a continuation model the loss computes its lambda-returns with
+        # an explicit, sync-free recursion over the horizon.
+        self.actor_loss.make_value_estimator(ValueEstimators.TDLambda, gamma=a.gamma, lmbda=a.lmbda)
+        self.value_loss = DreamerV3ValueLoss(
+            models.value, value_loss="two_hot", num_value_bins=a.num_bins,
+            actor_loss=self.actor_loss, slow_critic_regularization=a.slow_critic_reg,
+        ).to(device)
+        # The slow critic exists only when it regularises (slow_critic_reg > 0).
+        self.slow_critic = (
+            SoftUpdate(self.value_loss, tau=a.slow_critic_tau) if a.slow_critic_reg > 0 else None
+        )
+        self._actor_loss_fn = self.actor_loss
+        self._value_loss_fn = self.value_loss
+
+        m = models.modules
+        self.params = {
+            "world_model": [p for k in WORLD_MODEL_PARTS for p in m[k].parameters()],
+            "actor": list(m["actor"].parameters()),
+            "value": list(m["value"].parameters()),
+        }
+        lrs = {"world_model": a.world_model_lr, "actor": a.actor_lr, "value": a.value_lr}
+        self.optimizers = {
+            name: DreamerV3Optimizer(
+                params, lr=lrs[name], agc=a.agc, eps=a.adam_eps, warmup_steps=a.lr_warmup_steps
+            )
+            for name, params in self.params.items()
+        }
+        self.metrics = MetricsAccumulator(METRIC_NAMES, device)
+        self.nonfinite = NonFiniteGuard(device)
+        # Data-parallel learners average gradients here (see dreamer.distributed).
+        self.grad_sync = None
+
+    # -- data -----------------------------------------------------------------
+    def prepare(self, batch: TensorDictBase) -> TensorDictBase:
+        """Sampled uint8 steps (B*T) on this device -> the world model's input (B, T)."""
+        with record_function("## train/transform ##"):
+            batch = batch.reshape(self.batch_size, self.batch_length)
+            if self.obs_key == PIXELS_KEY:
+                # (B, T, 64, 64, 3) uint8 -> (B, T, C, 64, 64) float in [0, 1]
+                obs = self.models.modules["preprocess"](batch.get(("next", self.obs_key)))
+                batch.set(("next", self.obs_key), obs)
+            # Replay holds env actions; the world model learns on the actor's [-1, 1].
+            batch.set("action", self.models.to_unit_actions(batch.get("action").float()))
+            a = self.cfg.algo
+            if a.reward_scale != 1.0:
+                batch.set(("next", "reward"), batch.get(("next", "reward")) * a.reward_scale)
+            # Each sequence starts from a zero latent.
+            batch.set("state", torch.zeros(*batch.shape, a.latent_state_dim, device=self.device))
+            batch.set("belief", torch.zeros(*batch.shape, a.rssm_hidden_dim, device=self.device))
+        return batch
+
+    @staticmethod
+    def _start_states(latent: TensorDictBase) -> TensorDictBase:
+        """Every posterior (B, T) -> (B*T,) imagination start states."""
+        return latent.get("next").select("state", "belief").reshape(-1)
+
+    # -- compile --------------------------------------------------------------
+    def compile(self) -> None:
+        cc = self.cfg.compile
+        self._actor_loss_fn = maybe_compile(self.actor_loss, cc)
+        self._value_loss_fn = maybe_compile(self.value_loss, cc)
+
+    def warmup(self, batch: TensorDictBase) -> float:
+        """Compile and exercise the (compiled) losses, forward and backward, on a
+        real batch before the first update; no optimiser step. Returns seconds."""
+        if not self.cfg.compile.enabled:
+            return 0.0
+        prepared = self.prepare(batch.clone())
+        with torch.no_grad(), self._autocast():
+            _, latent = self.world_model_loss(prepared)
+        starts = self._start_states(latent)
+
+        def step():
+            actor_td, imagined = self._actor_loss_fn(starts)
+            actor_td["loss_actor"].backward()
+            value_td, _ = self._value_loss_fn(imagined)
+            value_td["loss_value"].backward()
+
+        # The warm-up must not move the return-normalisation statistics.
+        retnorm = {k: v.clone() for k, v in self.actor_loss.retnorm.state_dict().items()}
+        seconds = timed_warmup(step, self.cfg.compile.warmup_iters)
+        self.actor_loss.retnorm.load_state_dict(retnorm)
+        for opt in self.optimizers.values():
+            opt.zero_grad(set_to_none=True)
+        return seconds
+
+    # -- update ---------------------------------------------------------------
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+    def _step(self, name: str, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Backward and step; a non-finite gradient norm undoes the step on the device.
+        Returns (grad norm, found_inf 0./1.)."""
+        opt, params = self.optimizers[name], self.params[name]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.grad_sync is not None:
+            self.grad_sync(params)
+        grad_norm = _grad_norm(params)
+        found_inf = (~torch.isfinite(grad_norm)).float()
+        tensors = _optimizer_tensors(params, opt)
+        before = list(torch._foreach_mul(tensors, 1.0))  # copies, one kernel per group
+        opt.step()
+        after = _optimizer_tensors(params, opt)
+        # State the first step created had no "before": a skipped first step leaves it at zero.
+        created = after[len(before):]
+        _undo_where(found_inf, after[: len(before)] + created, before + [torch.zeros_like(t) for t in created])
+        return grad_norm, found_inf
+
+    def update(self, batch: TensorDictBase) -> None:
+        """One Dreamer V3 update (world model, actor, value, slow critic) with no host sync."""
+        batch = self.prepare(batch)
+        with record_function("## train/world_model ##"):
+            with self._autocast():
+                wm_td, latent = self.world_model_loss(batch)
+            wm_losses = [wm_td[k].squeeze() for k in WORLD_MODEL_LOSSES]
+        with record_function("## train/optim ##"):
+            wm_grad, wm_inf = self._step("world_model", sum(wm_losses))
+        with record_function("## train/actor ##"):
+            with self._autocast():
+                actor_td, imagined = self._actor_loss_fn(self._start_states(latent))
+            actor_grad, actor_inf = self._step("actor", actor_td["loss_actor"])
+        with record_function("## train/value ##"):
+            with self._autocast():
+                value_td, _ = self._value_loss_fn(imagined)
+            value_grad, value_inf = self._step("value", value_td["loss_value"])
+            if self.slow_critic is not None:
+                self.slow_critic.step()
+        self.nonfinite.observe(torch.stack([wm_inf, actor_inf, value_inf]))
+        self.metrics.add(
+            torch.stack(
+                wm_losses + [
+                    actor_td["loss_actor"], actor_td["actor_entropy"], actor_td["return_scale"],
+                    value_td["loss_value"], value_td["value_slow_loss"],
+                    wm_grad, actor_grad, value_grad,
+                ]
+            )
+        )
+
+    def flush_metrics(self) -> dict[str, float]:
+        metrics = self.metrics.flush(self.nonfinite.counts())
+        self.nonfinite.reset()
+        return metrics
+
+    # -- checkpoint -----------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "modules": self.models.modules.state_dict(),
+            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+            # Return-normalisation percentiles and the slow critic's weights.
+            "return_norm": self.actor_loss.retnorm.state_dict(),
+            "value_loss": self.value_loss.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.models.modules.load_state_dict(state["modules"])
+        for k, o in self.optimizers.items():
+            o.load_state_dict(state["optimizers"][k])
+        self.actor_loss.retnorm.load_state_dict(state["return_norm"])
+        self.value_loss.load_state_dict(state["value_loss"])

@@ -1,0 +1,295 @@
+"""Dreamer V3 networks, assembled from TorchRL's V3 modules with explicit keys.
+
+One set of ``nn.Module`` weights (``modules``), wired four ways, as in V1
+(dreamer/models.py):
+- ``world_model``: encoder -> RSSMRolloutV3 over (B, T) -> decoder, reward
+  (two-hot logits), continue logit: what DreamerV3ModelLoss trains;
+- ``model_based_env``: prior + reward head as an imagination env;
+- ``actor`` / ``value`` / ``continuation``: heads on (state, belief);
+- ``policy(explore)``: what the collector and evaluator run on real frames.
+
+V3 specifics: symlog on vector inputs and reconstructions, categorical latents
+(num_categoricals x num_classes one-hots, unimix), two-hot reward and value
+heads over ``num_bins`` symexp-spaced bins, RMS-normalised SiLU MLPs.
+
+Continuous actions: the actor acts in [-1, 1] (what the world model and
+imagination see); only the acting policy maps them to the env's bounds, and the
+learner maps stored env actions back (``to_unit_actions``).
+
+Key layout (B = batch, T = time, S = num_categoricals * num_classes):
+  ("next", obs)        (B, T, C, 64, 64) float in [0, 1] | (B, T, D) float
+  action               (B, T, A) in [-1, 1] (continuous) or one-hot
+  state, belief        (B, T, S), (B, T, H)  zeros in, posterior out
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tensordict.nn import (
+    InteractionType,
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+    TensorDictSequential,
+)
+from torch import nn
+from torchrl.data import Unbounded
+from torchrl.envs import DreamerEnv, EnvBase
+from torchrl.modules import (
+    DreamerV3DiscreteActor,
+    DreamerV3ImageDecoder,
+    DreamerV3ImageEncoder,
+    DreamerV3MLP,
+    RSSMPosteriorV3,
+    RSSMPriorV3,
+    RSSMRolloutV3,
+    SymExpTwoHot,
+    WorldModelWrapper,
+)
+from torchrl.modules.distributions import IndependentNormal
+from torchrl.objectives import symexp, symlog
+
+from dreamer.config import Config
+from dreamer.envs import PIXELS_KEY, is_discrete, observation_key
+from dreamer.transforms import PixelPreprocess
+
+# Image encoder stage widths (x encoder_channels): four stride-2 stages, 64 -> 4.
+IMAGE_MULTS = (2, 3, 4, 4)
+IMAGE_KERNEL = 5
+# The paper's bounds on the continuous actor's standard deviation.
+ACTOR_MIN_STD, ACTOR_MAX_STD = 0.1, 1.0
+
+
+class Symlog(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return symlog(x)
+
+
+class ToUnitRange(nn.Module):
+    """PixelPreprocess's [-0.5, 0.5] -> [0, 1], the range TorchRL's V3 image
+    encoder (it centres itself) and decoder (it predicts around 0.5) expect."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 0.5
+
+
+class VectorDecoderV3(nn.Module):
+    """(state, belief) -> observation: an MLP predicting symlog(obs), then symexp,
+    so DreamerV3ModelLoss's symlog squared error is exact on the MLP output."""
+
+    def __init__(self, mlp: DreamerV3MLP):
+        super().__init__()
+        self.mlp = mlp
+
+    def forward(self, state: torch.Tensor, belief: torch.Tensor) -> torch.Tensor:
+        return symexp(self.mlp(state, belief))
+
+
+class ContinuousActorV3(nn.Module):
+    """(state, belief) -> Normal (loc, scale): tanh mean in [-1, 1], std in
+    [ACTOR_MIN_STD, ACTOR_MAX_STD] as in the paper."""
+
+    def __init__(self, mlp: DreamerV3MLP):
+        super().__init__()
+        self.mlp = mlp
+
+    def forward(self, state: torch.Tensor, belief: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, std = self.mlp(state, belief).chunk(2, -1)
+        scale = (ACTOR_MAX_STD - ACTOR_MIN_STD) * torch.sigmoid(std + 2.0) + ACTOR_MIN_STD
+        return mean.tanh(), scale
+
+
+class ToEnvBounds(nn.Module):
+    """Actor action in [-1, 1] (clipped: Normal samples can leave it) -> [low, high]."""
+
+    def __init__(self, low: torch.Tensor, high: torch.Tensor):
+        super().__init__()
+        self.register_buffer("low", low, persistent=False)
+        self.register_buffer("high", high, persistent=False)
+
+    def forward(self, action: torch.Tensor) -> torch.Tensor:
+        return self.low + (action.clamp(-1.0, 1.0) + 1.0) * 0.5 * (self.high - self.low)
+
+
+@dataclass
+class DreamerV3Models:
+    world_model: TensorDictSequential
+    model_based_env: DreamerEnv
+    actor: ProbabilisticTensorDictSequential
+    value: TensorDictSequential
+    continuation: TensorDictSequential
+    modules: nn.ModuleDict  # every trainable weight, by role (for optimisers/checkpoints)
+    obs_key: str
+    discrete: bool
+    action_low: torch.Tensor  # env bounds (continuous); the actor's [-1, 1] maps onto them
+    action_high: torch.Tensor
+
+    def to_unit_actions(self, action: torch.Tensor) -> torch.Tensor:
+        """Env actions (as stored in replay) -> the actor's [-1, 1]; one-hots unchanged."""
+        if self.discrete:
+            return action
+        return (action - self.action_low) / (self.action_high - self.action_low) * 2.0 - 1.0
+
+    def policy(self, explore: bool) -> TensorDictSequential:
+        """Acting on real observations; carries the belief to the next step.
+
+        V3 explores with the actor's own distribution (no added noise): the
+        collector samples it (``explore``), evaluation takes its mode (the
+        exploration type the caller sets), so ``explore`` changes nothing here.
+        """
+        del explore
+        m = self.modules
+        encoder = m["encoder"]
+        if self.obs_key == PIXELS_KEY:
+            # Preprocess fused with the encoder: no float frame lands in the
+            # collector's tensordict (it would be copied with every batch).
+            encoder = nn.Sequential(m["preprocess"], m["encoder"])
+        steps = [
+            TensorDictModule(encoder, in_keys=[self.obs_key], out_keys=["_embedding"]),
+            TensorDictModule(
+                m["posterior"], in_keys=["belief", "_embedding"], out_keys=["_posterior_logits", "state"]
+            ),
+            self.actor,
+            TensorDictModule(
+                m["prior"], in_keys=["state", "belief", "action"],
+                out_keys=["_prior_logits", "_prior_state", ("next", "belief")],
+            ),
+        ]
+        if not self.discrete:
+            # Last, so the belief above was advanced with the [-1, 1] action the
+            # world model is trained on.
+            bounds = ToEnvBounds(self.action_low, self.action_high)
+            steps.append(TensorDictModule(bounds, in_keys=["action"], out_keys=["action"]))
+        return TensorDictSequential(*steps)
+
+
+def _mlp(a, in_features: int, out_features: int | None, device, outscale: float = 1.0) -> DreamerV3MLP:
+    return DreamerV3MLP(
+        in_features, out_features, depth=a.mlp_layers, num_cells=a.hidden_dim,
+        outscale=outscale, device=device,
+    )
+
+
+def build_models_v3(cfg: Config, env: EnvBase, device: torch.device) -> DreamerV3Models:
+    """Networks sized from ``cfg.algo`` and the env's specs, on ``device``."""
+    a = cfg.algo
+    obs_key = observation_key(cfg.env)
+    discrete = is_discrete(env)
+    action_spec = env.action_spec_unbatched
+    action_dim = action_spec.shape[-1]
+    state_dim = a.latent_state_dim
+    latent = state_dim + a.rssm_hidden_dim
+    if discrete:
+        low = high = torch.zeros(action_dim)
+    else:
+        low, high = action_spec.space.low.float(), action_spec.space.high.float()
+
+    modules = nn.ModuleDict()
+    if obs_key == PIXELS_KEY:
+        pre = PixelPreprocess(cfg.env.image_size, cfg.env.grayscale)
+        modules["preprocess"] = nn.Sequential(pre, ToUnitRange()).to(device)
+        image_shape = (pre.out_channels, cfg.env.image_size, cfg.env.image_size)
+        modules["encoder"] = DreamerV3ImageEncoder(
+            in_channels=pre.out_channels, depth=a.encoder_channels, mults=IMAGE_MULTS,
+            kernel_size=IMAGE_KERNEL, device=device,
+        )
+        embed_dim = modules["encoder"].output_features(image_shape)
+        modules["decoder"] = DreamerV3ImageDecoder(
+            in_features=latent, image_shape=image_shape, depth=a.encoder_channels, mults=IMAGE_MULTS,
+            kernel_size=IMAGE_KERNEL, num_blocks=1, device=device,
+        )
+    else:
+        obs_dim = env.observation_spec[obs_key].shape[-1]
+        embed_dim = a.hidden_dim
+        modules["encoder"] = nn.Sequential(Symlog(), _mlp(a, obs_dim, None, device))
+        modules["decoder"] = VectorDecoderV3(_mlp(a, latent, obs_dim, device))
+
+    modules["prior"] = RSSMPriorV3(
+        action_shape=torch.Size([action_dim]), action_dim=action_dim, hidden_dim=a.hidden_dim,
+        rnn_hidden_dim=a.rssm_hidden_dim, num_categoricals=a.num_categoricals,
+        num_classes=a.num_classes, unimix=a.unimix, device=device,
+    )
+    modules["posterior"] = RSSMPosteriorV3(
+        hidden_dim=a.hidden_dim, num_categoricals=a.num_categoricals, num_classes=a.num_classes,
+        rnn_hidden_dim=a.rssm_hidden_dim, obs_embed_dim=embed_dim, use_rms_norm=True,
+        unimix=a.unimix, device=device,
+    )
+    # Zero-initialised output layers (outscale=0): reward and value start at 0.
+    modules["reward"] = _mlp(a, latent, a.num_bins, device, outscale=0.0)
+    modules["continuation"] = _mlp(a, latent, 1, device)
+    modules["value"] = _mlp(a, latent, a.num_bins, device, outscale=0.0)
+    two_hot = SymExpTwoHot(a.num_bins).to(device)  # logits -> scalar; no weights
+
+    if discrete:
+        actor = DreamerV3DiscreteActor(
+            latent, action_dim, depth=a.mlp_layers, num_cells=a.hidden_dim, unimix=a.unimix,
+            in_keys=["state", "belief"], device=device,
+        )
+        modules["actor"] = actor
+    else:
+        modules["actor"] = ContinuousActorV3(_mlp(a, latent, 2 * action_dim, device))
+        actor = ProbabilisticTensorDictSequential(
+            TensorDictModule(modules["actor"], in_keys=["state", "belief"], out_keys=["loc", "scale"]),
+            ProbabilisticTensorDictModule(
+                in_keys=["loc", "scale"], out_keys=["action"],
+                distribution_class=IndependentNormal,
+                default_interaction_type=InteractionType.RANDOM,
+            ),
+        )
+
+    rollout = RSSMRolloutV3(
+        TensorDictModule(
+            modules["prior"], in_keys=["state", "belief", "action"],
+            out_keys=[("next", "prior_logits"), ("next", "state"), ("next", "belief")],
+        ),
+        TensorDictModule(
+            modules["posterior"], in_keys=[("next", "belief"), ("next", "encoded_latents")],
+            out_keys=[("next", "posterior_logits"), ("next", "state")],
+        ),
+        # Every sampled sequence starts from zeros (learner.prepare); no resets inside.
+        reset_key=None,
+    )
+    latent_next = [("next", "state"), ("next", "belief")]
+    world_model = TensorDictSequential(
+        TensorDictModule(modules["encoder"], in_keys=[("next", obs_key)], out_keys=[("next", "encoded_latents")]),
+        rollout,
+        TensorDictModule(modules["decoder"], in_keys=latent_next, out_keys=[("next", "reco_" + obs_key)]),
+        TensorDictModule(modules["reward"], in_keys=latent_next, out_keys=[("next", "reward_logits")]),
+        TensorDictModule(two_hot, in_keys=[("next", "reward_logits")], out_keys=[("next", "reward")]),
+        TensorDictModule(modules["continuation"], in_keys=latent_next, out_keys=[("next", "continue_pred")]),
+    )
+
+    model_based_env = DreamerEnv(
+        world_model=WorldModelWrapper(
+            TensorDictModule(
+                modules["prior"], in_keys=["state", "belief", "action"], out_keys=["_", "state", "belief"]
+            ),
+            TensorDictSequential(
+                TensorDictModule(modules["reward"], in_keys=["state", "belief"], out_keys=["reward_logits"]),
+                TensorDictModule(two_hot, in_keys=["reward_logits"], out_keys=["reward"]),
+            ),
+        ),
+        prior_shape=torch.Size([state_dim]),
+        belief_shape=torch.Size([a.rssm_hidden_dim]),
+        device=device,
+    )
+    model_based_env.set_specs_from_env(env)
+    # Imagination produces latents only, no observations.
+    model_based_env.observation_spec = model_based_env.state_spec.clone()
+    model_based_env = model_based_env.to(device)
+
+    value = TensorDictSequential(
+        TensorDictModule(modules["value"], in_keys=["state", "belief"], out_keys=["state_value_logits"]),
+        TensorDictModule(two_hot, in_keys=["state_value_logits"], out_keys=["state_value"]),
+    )
+    continuation = TensorDictSequential(
+        TensorDictModule(modules["continuation"], in_keys=["state", "belief"], out_keys=["continue_logits"]),
+        TensorDictModule(nn.Sigmoid(), in_keys=["continue_logits"], out_keys=["continuation"]),
+    )
+    return DreamerV3Models(
+        world_model=world_model, model_based_env=model_based_env, actor=actor, value=value,
+        continuation=continuation, modules=modules, obs_key=obs_key, discrete=discrete,
+        action_low=low.to(device), action_high=high.to(device),
+    )

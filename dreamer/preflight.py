@@ -1,0 +1,71 @@
+"""Command-line checks that run before Hydra, so its errors become one clear line too.
+
+Hydra reports an unknown preset, an unknown key or a value of the wrong type
+with a multi-line block (and exit status 1) before our code runs. Composing the
+same config here first turns each into ``error: ...`` (exit status 2), and an
+output directory that cannot be written is found before any work starts.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from dreamer.errors import UserError
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def _first_line(err: BaseException) -> str:
+    return next((line.strip() for line in str(err).splitlines() if line.strip()), err.__class__.__name__)
+
+
+def check_composition(overrides: list[str]) -> None:
+    """Compose conf/ with the user's overrides (Hydra's own settings left out)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from dreamer.config import register_configs
+
+    register_configs()
+    mine = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            compose(config_name="config", overrides=mine)
+    except MissingConfigException as err:
+        options = ", ".join(sorted(err.options or []))
+        group = (err.missing_cfg_file or "").split("/")[0]
+        raise UserError(
+            f"{_first_line(err)}" + (f"; choose {group}= one of: {options}" if options else "")
+        ) from None
+    except OverrideParseException as err:
+        raise UserError(f"cannot parse the overrides {' '.join(mine)!r}: {_first_line(err)}") from None
+    except (HydraException, OmegaConfBaseException) as err:
+        cause = f": {_first_line(err.__cause__)}" if err.__cause__ is not None else ""
+        raise UserError(f"{_first_line(err).rstrip('.')}{cause}") from None
+
+
+def check_run_dir_writable(overrides: list[str]) -> None:
+    """``hydra.run.dir=DIR`` must be a directory this process can create and write."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+") != "hydra.run.dir" or not value or "${" in value:
+            continue
+        run_dir = Path(value)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=run_dir):
+                pass
+        except OSError as err:
+            raise UserError(
+                f"hydra.run.dir={value} cannot be written ({err.strerror or err}); choose a writable directory"
+            ) from None
+
+
+def check_command_line(argv: list[str]) -> None:
+    """All checks, for a plain run (``--help``, ``--cfg``, ``-m`` and the like go straight to Hydra)."""
+    if any(arg.startswith("-") for arg in argv):
+        return
+    check_composition(argv)
+    check_run_dir_writable(argv)

@@ -1,0 +1,105 @@
+"""Resume: the saved config wins; only an allow-list of keys may change.
+
+A resumed run continues with the config it was started with. Keys in
+:data:`RESUME_OVERRIDABLE` (run length, logging, evaluation, checkpointing)
+may be changed on the command line; any other override that would change the
+saved config is refused in one line, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dreamer import checkpoint as ckpt
+from dreamer.config import Config, load_config, to_dict
+from dreamer.errors import UserError
+
+# Dotted keys (a section name covers all its keys) a resumed run may change.
+RESUME_OVERRIDABLE = (
+    "train.total_frames", "logger", "eval", "checkpoint", "resume",
+    "compile.cache_dir", "compile.cache_artifact", "profiling",
+)
+
+
+def flatten(config: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}."""
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value and key != "options":
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat
+
+
+def overridable(key: str) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in RESUME_OVERRIDABLE)
+
+
+def differing_keys(a: dict, b: dict) -> list[str]:
+    """Dotted keys whose values differ between two config dicts (missing counts as different)."""
+    fa, fb = flatten(a), flatten(b)
+    return sorted(k for k in fa.keys() | fb.keys() if fa.get(k, object()) != fb.get(k, object()))
+
+
+def merge(saved: dict, requested: Config) -> Config:
+    """The saved config with the allow-listed keys taken from this invocation."""
+    merged = json.loads(json.dumps(saved))
+    current = to_dict(requested)
+    for key in RESUME_OVERRIDABLE:
+        section, _, leaf = key.partition(".")
+        if leaf:
+            merged[section] = {**merged[section], leaf: current[section][leaf]}
+        else:
+            merged[section] = current[section]
+    return load_config(merged)
+
+
+def refuse_overrides(saved: dict, requested: Config, overridden: set[str]) -> None:
+    """Fail on any override the user gave that would change a non-overridable saved key."""
+    want, have = flatten(to_dict(requested)), flatten(saved)
+    # An override may name a leaf (buffer.batch_size) or reach inside a dict leaf (compile.options.x).
+    touched = {f for f in want for k in overridden if f == k or f.startswith(k + ".") or k.startswith(f + ".")}
+    refused = sorted(k for k in touched if not overridable(k) and want[k] != have.get(k, object()))
+    if refused:
+        shown = ", ".join(f"{k} (saved {have.get(k)!r}, given {want[k]!r})" for k in refused[:5])
+        allowed = ", ".join(k if "." in k else k + ".*" for k in RESUME_OVERRIDABLE if k != "resume")
+        raise UserError(
+            f"resume={requested.resume} keeps the run's saved config; refused override: {shown}. "
+            f"Only {allowed} may change on resume; start a new run to change the rest"
+        )
+
+
+def check_compatible(run_dir: Path, state: dict) -> None:
+    """A checkpoint must come from this run's config (e.g. not copied in from another run)."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        return
+    run_config = json.loads(path.read_text())
+    differing = [k for k in differing_keys(run_config, state["config"]) if not overridable(k)]
+    if differing:
+        raise UserError(
+            f"checkpoint {state['path']} was written with a different config than {path}: "
+            f"differing keys {', '.join(differing)}; resume the run that wrote it, or remove it"
+        )
+
+
+def refuse_run_dir_with_checkpoints(run_dir: Path) -> None:
+    """A fresh run never writes into a run that can be resumed (its metrics and checkpoints would mix)."""
+    if ckpt.list_checkpoints(run_dir):
+        raise UserError(
+            f"{run_dir} already holds checkpoints of a run: continue it with resume={run_dir}, "
+            "or choose another hydra.run.dir"
+        )
+
+
+def open_run(requested: Config, overridden: set[str]) -> tuple[Path, Config, dict]:
+    """(run_dir, config to use, checkpoint state) for ``resume=RUN_DIR``."""
+    run_dir = Path(requested.resume)
+    if not run_dir.is_dir():
+        raise UserError(f"resume={run_dir}: no such directory; pass a run directory (it holds checkpoints/)")
+    state = ckpt.load_latest(run_dir)
+    refuse_overrides(state["config"], requested, overridden)
+    check_compatible(run_dir, state)
+    return run_dir, merge(state["config"], requested), state

@@ -1,0 +1,85 @@
+"""A collector that survives its workers: a dead worker is restarted or reported, never waited on.
+
+torchrl's ``MultiAsyncCollector`` polls its output queue with a 1 s timeout and
+checks ``proc.is_alive()`` of every worker on each timeout and after each
+batch; a dead worker raises ``RuntimeError("At least one process failed: ...")``
+(after it terminates the others). :class:`SupervisedCollector` turns that into
+a restart (a fresh collector built with the current policy weights) or one
+clear error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Callable, Iterator
+
+from tensordict import TensorDictBase
+from torchrl.collectors import BaseCollector
+
+from dreamer.errors import UserError
+from torchrl_ext import ReceiverDied
+
+log = logging.getLogger("dreamer")
+WORKER_DIED = "At least one process failed"
+
+
+class WorkerDied(UserError):
+    """A collector worker process died and the run may not restart it."""
+
+
+class SupervisedCollector:
+    """Endless batches from ``build()``; rebuilds it when a worker dies.
+
+    ``build(restarted)`` returns a new collector (``restarted`` is True after a
+    failure, so it can skip random-action frames). ``should_stop()`` is asked
+    before restarting: workers that die because the run is being stopped
+    (e.g. a process-group SIGTERM) are not restarted.
+    """
+
+    def __init__(
+        self, build: Callable[[bool], BaseCollector], *, restart: bool, max_restarts: int,
+        should_stop: Callable[[], bool] = lambda: False,
+    ):
+        self.build = build
+        self.restart = restart
+        self.max_restarts = max_restarts
+        self.should_stop = should_stop
+        self.restarts = 0
+        self.collector = build(False)
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        while True:
+            try:
+                yield from self.collector
+                return
+            except RuntimeError as err:
+                if WORKER_DIED not in str(err):
+                    raise
+                reason = str(err).split(": ", 1)[-1].split(".")[0]  # "worker 0 (exit code -9)"
+            with contextlib.suppress(Exception):  # its processes are already gone
+                self.collector.shutdown()
+            if self.should_stop():
+                return
+            if not self.restart:
+                raise WorkerDied(
+                    f"collector {reason} died and collector.restart_on_failure=false, so the run stopped"
+                )
+            if self.restarts >= self.max_restarts:
+                raise WorkerDied(
+                    f"collector {reason} died after {self.restarts} restarts "
+                    f"(collector.max_restarts={self.max_restarts}); check the env for crashes"
+                )
+            self.restarts += 1
+            log.warning("collector %s died; restarting the collector (%d/%d)",
+                        reason, self.restarts, self.max_restarts)
+            self.collector = self.build(True)
+
+    def update_policy_weights_(self) -> None:
+        try:
+            self.collector.update_policy_weights_()
+        except (ReceiverDied, BrokenPipeError, EOFError, ConnectionError):
+            pass  # a worker died: the next batch fetch notices it (and restarts or stops)
+
+    def shutdown(self) -> None:
+        self.collector.shutdown()

@@ -1,0 +1,68 @@
+"""torchrl_ext/imagination.py: the same numbers as upstream, with no tensor tested in Python."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torchrl.modules import TanhNormal
+
+from dreamer.models import build_models
+from dreamer.envs import make_env
+from helpers_unit import CallCounter, close_env, single_thread, spy_tensor_methods, tiny_config  # noqa: F401
+from torchrl_ext import FixedBoundsTanhNormal
+
+PYTHON_TESTS_OF_TENSORS = ("__bool__", "item", "tolist", "__float__", "__int__")
+
+
+@pytest.mark.parametrize("bounds", [(-2.0, 2.0), (-1.0, 1.0), (0.0, 3.0)])
+@pytest.mark.parametrize("tanh_loc", [True, False])
+def test_fixed_bounds_tanh_normal_is_upstreams_distribution(bounds, tanh_loc):
+    g = torch.Generator().manual_seed(0)
+    loc, scale = torch.randn(5, 2, generator=g), torch.rand(5, 2, generator=g) + 0.1
+    low, high = torch.full((2,), bounds[0]), torch.full((2,), bounds[1])
+    ours = FixedBoundsTanhNormal(loc, scale, low=low, high=high, tanh_loc=tanh_loc)
+    upstream = TanhNormal(loc, scale, low=low, high=high, tanh_loc=tanh_loc)
+    torch.manual_seed(1)
+    a = ours.rsample()
+    torch.manual_seed(1)
+    b = upstream.rsample()
+    torch.testing.assert_close(a, b)
+    assert ((a > low) & (a < high)).all()
+    torch.testing.assert_close(ours.log_prob(a), upstream.log_prob(a), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(ours.deterministic_sample, upstream.deterministic_sample)
+
+
+def test_fixed_bounds_tanh_normal_tests_no_tensor_in_python(monkeypatch):
+    loc, scale = torch.randn(5, 2), torch.rand(5, 2) + 0.1
+    low, high = torch.full((2,), -2.0), torch.full((2,), 2.0)
+    counter = CallCounter()
+    spy_tensor_methods(monkeypatch, PYTHON_TESTS_OF_TENSORS, counter)
+    FixedBoundsTanhNormal(loc, scale, low=low, high=high, tanh_loc=True).rsample()
+    ours = counter.total()
+    TanhNormal(loc, scale, low=low, high=high, tanh_loc=True).rsample()
+    monkeypatch.undo()
+    assert ours == 0, counter.report()
+    assert counter.total() > 0  # upstream does, which is what this class is for
+
+
+def test_bad_bounds_are_refused_once_at_build_time():
+    with pytest.raises(ValueError, match="high > low"):
+        FixedBoundsTanhNormal.check_bounds(torch.tensor([1.0]), torch.tensor([1.0]))
+
+
+def test_imagined_rollout_runs_the_whole_horizon_without_testing_done(monkeypatch):
+    cfg = tiny_config()
+    env = make_env(cfg.env, state_dim=cfg.algo.state_dim, belief_dim=cfg.algo.rssm_hidden_dim, seed=0)
+    try:
+        models = build_models(cfg, env, torch.device("cpu"))
+    finally:
+        close_env(env)
+    mb_env = models.model_based_env
+    start = mb_env.reset(mb_env.fake_tensordict().expand(4).clone())
+    counter = CallCounter()
+    spy_tensor_methods(monkeypatch, PYTHON_TESTS_OF_TENSORS, counter)
+    with torch.no_grad():
+        imagined = mb_env.rollout(7, policy=models.actor, auto_reset=False, tensordict=start)
+    monkeypatch.undo()
+    assert imagined.shape == (4, 7)
+    assert counter.total() == 0, counter.report()

@@ -1,0 +1,291 @@
+"""dreamer/learner_v3.py and dreamer/models_v3.py: V3 updates train every part,
+the update never talks to the host, actions respect the env's bounds, and a
+checkpointed learner continues exactly."""
+
+from __future__ import annotations
+
+import copy
+import io
+import math
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+from dreamer.config import validate
+from dreamer.envs import make_env
+from dreamer.learner_v3 import METRIC_NAMES, DreamerV3Learner
+from dreamer.models_v3 import build_models_v3
+from dreamer.replay import stored_keys
+from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
+    CallCounter,
+    close_env,
+    single_thread,
+    spy_tensor_methods,
+    tiny_config,
+)
+
+CPU = torch.device("cpu")
+PARTS = ("encoder", "decoder", "prior", "posterior", "reward", "continuation", "actor", "value")
+HOST_TRANSFERS = ("item", "cpu", "tolist", "__float__", "__int__", "__bool__", "numpy")
+
+
+def tiny_v3_config(*, pixels: bool = False, **env_overrides):
+    cfg = tiny_config(pixels=pixels, **env_overrides)
+    a = cfg.algo
+    a.name = "dreamer_v3"
+    a.num_categoricals, a.num_classes, a.num_bins, a.mlp_layers = 4, 4, 31, 1
+    # Every weight must move within a few updates: no warm-up from lr 0, and no
+    # free bits (they zero the prior's gradient while the KL is small).
+    a.lr_warmup_steps, a.free_bits = 0, 0.0
+    return validate(cfg)
+
+
+def _setup(pixels: bool = False, **env_overrides):
+    """Tiny V3 config, its env, and batch_size*batch_length steps the acting
+    policy collected, reduced to what the replay buffer stores."""
+    cfg = tiny_v3_config(pixels=pixels, **env_overrides)
+    a = cfg.algo
+    env = make_env(cfg.env, state_dim=a.latent_state_dim, belief_dim=a.rssm_hidden_dim, seed=0)
+    torch.manual_seed(0)
+    steps = cfg.buffer.batch_size * cfg.buffer.batch_length
+    try:
+        models = build_models_v3(cfg, env, CPU)
+        with torch.no_grad():
+            rollout = env.rollout(steps, models.policy(explore=True), break_when_any_done=False)
+    except BaseException:
+        close_env(env)
+        raise
+    return cfg, env, rollout.select(*stored_keys(models.obs_key), strict=False)
+
+
+@pytest.fixture(scope="module")
+def state_setup():
+    cfg, env, batch = _setup()
+    yield cfg, env, batch
+    close_env(env)
+
+
+@pytest.fixture(scope="module")
+def pixel_setup():
+    cfg, env, batch = _setup(pixels=True)
+    yield cfg, env, batch
+    close_env(env)
+
+
+def _learner(cfg, env, seed=0):
+    torch.manual_seed(seed)
+    return DreamerV3Learner(cfg, build_models_v3(cfg, env, CPU), CPU)
+
+
+def _parameters(learner) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in learner.models.modules.named_parameters()}
+
+
+@pytest.mark.parametrize("setup", ["state_setup", "pixel_setup"])
+def test_v3_updates_change_every_part_and_report_finite_metrics(setup, request):
+    cfg, env, batch = request.getfixturevalue(setup)
+    learner = _learner(cfg, env)
+    before = _parameters(learner)
+    for _ in range(3):
+        learner.update(batch.clone())
+    after = _parameters(learner)
+    for part in PARTS:
+        names = [n for n in before if n.startswith(part + ".")]
+        assert names, f"{part} has no parameters"
+        unchanged = [n for n in names if torch.equal(before[n], after[n])]
+        assert not unchanged, f"{part}: parameters not updated: {unchanged}"
+        assert all(torch.isfinite(after[n]).all() for n in names), f"{part} has non-finite weights"
+    # The slow critic follows the value weights.
+    slow = learner.value_loss.target_value_model_params.flatten_keys()
+    fast = learner.value_loss.value_model_params.flatten_keys()
+    assert any(not torch.equal(slow[k], fast[k]) for k in fast.keys()), "slow critic is the critic"
+
+    metrics = learner.flush_metrics()
+    assert set(metrics) == set(METRIC_NAMES) | {"updates_skipped_nonfinite", "nonfinite_streak"}
+    assert all(isinstance(v, float) and math.isfinite(v) for v in metrics.values()), metrics
+    assert metrics["loss_model_reco"] > 0 and metrics["grad_norm_world_model"] > 0
+    assert learner.flush_metrics() == {}
+
+
+def test_v3_update_does_not_modify_the_sampled_batch(state_setup):
+    cfg, env, batch = state_setup
+    learner = _learner(cfg, env)
+    sample = batch.clone()
+    learner.update(sample)
+    assert (sample == batch).all()
+
+
+def _optimizer_host_scalars(learner) -> set[int]:
+    # Optimisers may keep per-parameter step counts as host scalars; reading
+    # them is not a device sync, but on CPU it looks like one to the spy.
+    return {
+        id(v) for opt in learner.optimizers.values() for s in opt.state.values()
+        for v in s.values() if torch.is_tensor(v) and v.dim() == 0
+    }
+
+
+@pytest.mark.parametrize("setup", ["state_setup", "pixel_setup"])
+def test_v3_update_makes_no_host_transfer(setup, request, monkeypatch):
+    cfg, env, batch = request.getfixturevalue(setup)
+    learner = _learner(cfg, env)
+    learner.update(batch.clone())  # warm: optimiser state exists from here on
+    host_scalars = _optimizer_host_scalars(learner)
+    sample = batch.clone()
+    counter = CallCounter()
+    spy_tensor_methods(monkeypatch, HOST_TRANSFERS, counter, ignore=lambda t: id(t) in host_scalars)
+    learner.update(sample)
+    monkeypatch.undo()
+    assert counter.total() == 0, f"host transfers during update: {counter.report()}"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_v3_cuda_update_is_sync_free(state_setup):
+    cfg, env, batch = state_setup
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    learner = DreamerV3Learner(cfg, build_models_v3(cfg, env, device), device)
+    on_device = batch.to(device)
+    learner.update(on_device.clone())  # warm
+    sample = on_device.clone()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        learner.update(sample)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(math.isfinite(v) for v in learner.flush_metrics().values())
+
+
+def test_v3_learner_state_dict_round_trip_continues_identically(state_setup):
+    cfg, env, batch = state_setup
+    a = _learner(cfg, env, seed=1)
+    a.update(batch.clone())
+    b = _learner(cfg, env, seed=2)  # different initial weights
+    buffer = io.BytesIO()  # through bytes, as a checkpoint does
+    torch.save(a.state_dict(), buffer)
+    buffer.seek(0)
+    b.load_state_dict(torch.load(buffer, weights_only=False))
+    torch.testing.assert_close(b.actor_loss.retnorm.state_dict(), a.actor_loss.retnorm.state_dict())
+    for step in range(2):
+        torch.manual_seed(5 + step)
+        a.update(batch.clone())
+        torch.manual_seed(5 + step)
+        b.update(batch.clone())
+    pa, pb = a.models.modules.state_dict(), b.models.modules.state_dict()
+    for name in pa:
+        torch.testing.assert_close(pa[name], pb[name], msg=name)
+    torch.testing.assert_close(
+        b.value_loss.target_value_model_params.flatten_keys().to_dict(),
+        a.value_loss.target_value_model_params.flatten_keys().to_dict(),
+    )
+
+
+# -- acting ----------------------------------------------------------------------
+
+
+def test_v3_continuous_actions_fill_the_env_bounds_and_map_back_for_learning(state_setup):
+    cfg, env, _ = state_setup
+    torch.manual_seed(0)
+    models = build_models_v3(cfg, env, CPU)
+    low, high = env.action_spec.space.low, env.action_spec.space.high
+    assert torch.equal(high, -low) and float(high.max()) > 1.0  # Pendulum: [-2, 2]
+    # Large random actor weights push the tanh mean towards both ends.
+    with torch.no_grad():
+        for p in models.modules["actor"].parameters():
+            p.normal_(0.0, 1.0)
+    n = 512
+    obs = TensorDict(
+        {"observation": torch.randn(n, 3) * 3,
+         "state": torch.zeros(n, cfg.algo.latent_state_dim),
+         "belief": torch.randn(n, cfg.algo.rssm_hidden_dim)},
+        batch_size=[n],
+    )
+    for mode in (ExplorationType.RANDOM, ExplorationType.DETERMINISTIC):  # collector, evaluation
+        with torch.no_grad(), set_exploration_type(mode):
+            action = models.policy(explore=mode is ExplorationType.RANDOM)(obs.clone())["action"]
+        assert action.shape == (n, 1), mode
+        assert ((action >= low) & (action <= high)).all(), f"{mode}: {action.min()}..{action.max()}"
+        # Scaled to the env's bounds, not clipped to [-1, 1].
+        assert action.max() > 1.5 and action.min() < -1.5, f"{mode}: {action.min()}..{action.max()}"
+        # The learner sees the actor's own [-1, 1] scale again.
+        unit = models.to_unit_actions(action)
+        assert unit.min() >= -1.0 and unit.max() <= 1.0
+        torch.testing.assert_close(unit * 2.0, action)  # Pendulum's bounds are [-2, 2]
+
+
+def test_v3_policy_carries_the_belief_to_the_next_step(state_setup):
+    cfg, env, _ = state_setup
+    models = build_models_v3(cfg, env, CPU)
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        rollout = env.rollout(4, models.policy(explore=False), break_when_any_done=False)
+    belief, next_belief = rollout["belief"], rollout["next", "belief"]
+    assert torch.equal(belief[0], torch.zeros_like(belief[0]))
+    assert torch.equal(belief[1:], next_belief[:-1])
+    assert not torch.equal(next_belief[0], belief[0])
+
+
+def test_v3_discrete_actions_are_one_hot_and_train():
+    cfg, env, batch = _setup(name="CartPole-v1", action_repeat=1)
+    try:
+        learner = _learner(cfg, env)
+        assert learner.models.discrete
+        action = batch["action"]
+        assert action.shape[-1] == env.action_spec.shape[-1] == 2
+        assert torch.equal(action.sum(-1), torch.ones(action.shape[0], dtype=action.dtype))
+        assert env.action_spec.is_in(action[0])
+        before = _parameters(learner)
+        learner.update(batch.clone())
+        learner.update(batch.clone())
+        after = _parameters(learner)
+        assert any(not torch.equal(before[n], after[n]) for n in before if n.startswith("actor."))
+        assert all(math.isfinite(v) for v in learner.flush_metrics().values())
+    finally:
+        close_env(env)
+
+
+def test_v3_compiled_losses_warm_up_without_touching_return_statistics(state_setup):
+    cfg, env, batch = state_setup
+    cfg = copy.deepcopy(cfg)
+    cfg.compile.enabled, cfg.compile.backend, cfg.compile.warmup_iters = True, "eager", 1
+    learner = _learner(cfg, env)
+    learner.compile()
+    retnorm = {k: v.clone() for k, v in learner.actor_loss.retnorm.state_dict().items()}
+    before = _parameters(learner)
+    assert learner.warmup(batch.clone()) > 0
+    torch.testing.assert_close(learner.actor_loss.retnorm.state_dict(), retnorm)
+    after = _parameters(learner)
+    assert all(torch.equal(before[n], after[n]) for n in before), "warm-up stepped an optimiser"
+    learner.update(batch.clone())
+    assert all(math.isfinite(v) for v in learner.flush_metrics().values())
+
+
+def _optimizer_state(learner, name: str) -> list[torch.Tensor]:
+    opt = learner.optimizers[name]
+    return [v.clone() for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+
+
+def test_v3_non_finite_update_is_undone_counted_and_recovers(state_setup):
+    cfg, env, batch = state_setup
+    learner = _learner(cfg, env)
+    learner.update(batch.clone())  # one good update: optimiser state exists
+    learner.flush_metrics()
+    wm_parts = ("encoder", "decoder", "prior", "posterior", "reward", "continuation")
+    weights = {k: v.clone() for k, v in learner.models.modules.state_dict().items() if k.split(".")[0] in wm_parts}
+    moments = _optimizer_state(learner, "world_model")
+    poisoned = batch.clone()
+    poisoned["next", "reward"][0, 0] = float("nan")  # NaN reward -> NaN world-model gradients (two-hot clamps inf)
+    for _ in range(2):
+        learner.update(poisoned.clone())
+    after = learner.models.modules.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in weights.items())
+    for now, then in zip(_optimizer_state(learner, "world_model"), moments):
+        assert torch.equal(now, then)
+    metrics = learner.flush_metrics()
+    assert metrics["updates_skipped_nonfinite"] == 2 and metrics["nonfinite_streak"] == 2
+
+    learner.update(batch.clone())  # a good update steps again, with finite weights
+    after = learner.models.modules.state_dict()
+    assert not all(torch.equal(after[k], v) for k, v in weights.items())
+    assert all(torch.isfinite(after[k]).all() for k in weights)

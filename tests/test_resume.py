@@ -1,0 +1,75 @@
+"""dreamer/resume.py: the saved config wins; allow-listed overrides only; foreign checkpoints refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dreamer import checkpoint as ckpt
+from dreamer import resume
+from dreamer.config import Config, load_config, to_dict
+from dreamer.errors import UserError
+
+
+def _saved() -> dict:
+    return to_dict(load_config({"buffer": {"batch_size": 4}, "train": {"total_frames": 600}}))
+
+
+def _requested(**sections) -> Config:
+    return load_config({"resume": "/runs/a", **sections})
+
+
+def test_allow_listed_overrides_are_applied():
+    cfg = resume.merge(_saved(), _requested(train={"total_frames": 900}, eval={"every": 7}))
+    assert cfg.train.total_frames == 900 and cfg.eval.every == 7
+    assert cfg.buffer.batch_size == 4  # from the saved config, not this invocation's default
+
+
+def test_a_refused_override_names_the_key_and_both_values():
+    with pytest.raises(UserError) as err:
+        resume.refuse_overrides(_saved(), _requested(buffer={"batch_size": 8}), {"buffer.batch_size"})
+    message = str(err.value)
+    assert "refused override: buffer.batch_size (saved 4, given 8)" in message
+    assert "Only train.total_frames, logger.*, eval.*, checkpoint.*, compile.cache_dir, compile.cache_artifact, profiling.* may change on resume" in message
+
+
+def test_an_override_equal_to_the_saved_value_is_accepted():
+    resume.refuse_overrides(_saved(), _requested(buffer={"batch_size": 4}), {"buffer.batch_size"})
+
+
+def test_keys_not_given_on_the_command_line_never_count():
+    # This invocation's defaults differ from the saved run everywhere; only what the user typed matters.
+    resume.refuse_overrides(_saved(), _requested(buffer={"batch_size": 16}), {"train.total_frames"})
+
+
+def test_an_override_inside_a_dict_valued_key_is_caught():
+    requested = _requested(compile={"options": {"triton.cudagraphs": True}})
+    with pytest.raises(UserError, match="compile.options"):
+        resume.refuse_overrides(_saved(), requested, {"compile.options.triton.cudagraphs"})
+
+
+def test_a_checkpoint_from_another_config_lists_the_differing_keys(tmp_path):
+    run_config = _saved()
+    (tmp_path / "config.json").write_text(json.dumps(run_config))
+    foreign = json.loads(json.dumps(run_config))
+    foreign["algo"]["hidden_dim"] = 64
+    foreign["seed"] = 3
+    foreign["eval"]["every"] = 1  # allow-listed: not a difference that matters
+    ckpt.save_checkpoint(tmp_path, {"config": foreign}, updates=1, keep=1)
+    with pytest.raises(UserError) as err:
+        resume.open_run(load_config({"resume": str(tmp_path)}), set())
+    assert "differing keys algo.hidden_dim, seed;" in str(err.value)
+    assert "ckpt_0000000001.pt" in str(err.value)
+
+
+def test_resume_of_a_missing_directory_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="no such directory"):
+        resume.open_run(load_config({"resume": str(tmp_path / "nope")}), set())
+
+
+def test_a_fresh_run_refuses_a_directory_holding_checkpoints(tmp_path):
+    resume.refuse_run_dir_with_checkpoints(tmp_path)  # empty: fine
+    ckpt.save_checkpoint(tmp_path, {"config": _saved()}, updates=1, keep=1)
+    with pytest.raises(UserError, match=f"continue it with resume={tmp_path}"):
+        resume.refuse_run_dir_with_checkpoints(tmp_path)

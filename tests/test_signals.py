@@ -1,0 +1,66 @@
+"""Stop signals end to end: a final checkpoint, exit 0, no worker left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from dreamer import checkpoint as ckpt
+from helpers_e2e import FAST, alive, descendants, has_updates, start, wait_for
+
+
+@pytest.mark.parametrize("sig, whole_group", [
+    (signal.SIGTERM, False),  # a scheduler's preemption notice to the main process
+    (signal.SIGUSR1, False),  # SLURM's --signal=USR1@60
+    (signal.SIGINT, True),  # Ctrl-C in a terminal: the whole process group gets it
+])
+def test_a_stop_signal_writes_a_final_checkpoint_and_exits_0(tmp_path, sig, whole_group):
+    run_dir = tmp_path / "run"
+    proc = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=100000")
+    wait_for(has_updates(run_dir), 180, "the first updates")
+    children = descendants(proc.pid)
+    assert children, "the run has collector workers"
+    sent = time.monotonic()
+    if whole_group:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    took = time.monotonic() - sent
+    assert proc.returncode == 0, err[-3000:]
+    assert took < 30, f"took {took:.1f} s to stop"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped_by"] == signal.Signals(sig).name
+    newest = ckpt.load_latest(run_dir)
+    assert newest["counters"]["updates"] == summary["updates"]  # the final checkpoint is the stop point
+    assert newest["counters"]["frames"] == summary["frames"]
+    wait_for(lambda: not alive(children), 10, f"workers {children} to exit")
+
+
+def test_a_second_ctrl_c_exits_at_once_without_leaving_workers(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=100000")
+    wait_for(has_updates(run_dir), 180, "the first updates")
+    children = descendants(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.5)  # a second keypress (two signals at once arrive as one)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 130
+    assert "second SIGINT: exiting now" in err
+    wait_for(lambda: not alive(children), 10, f"workers {children} to exit")
+
+
+def test_workers_exit_when_the_main_process_is_killed(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=100000")
+    wait_for(has_updates(run_dir), 180, "the first updates")
+    children = descendants(proc.pid)
+    assert children
+    proc.kill()  # SIGKILL: no handler runs, no shutdown code
+    proc.communicate(timeout=15)
+    wait_for(lambda: not alive(children), 30, f"orphaned workers {children} to exit")

@@ -1,0 +1,82 @@
+"""Sync-free imagination: a Dreamer model env and a tanh-normal actor distribution
+that never test tensor values in Python.
+
+On CUDA, ``if tensor:`` copies the tensor to the host and waits for the GPU;
+under ``torch.compile`` it is also a graph break. Two such tests ran inside every
+Dreamer actor update upstream:
+
+- ``EnvBase.rollout`` stops early when any env is done, so it tests ``done`` after
+  every imagined step (and ``maybe_reset`` once before the first). A Dreamer V1
+  model env never produces a done state, so imagined rollouts need no test.
+- ``TanhNormal.__init__`` validates its bounds, ``(high > low).all()``, and tests
+  ``(high != 1).any()`` to decide whether to rescale, each time a distribution is
+  built: once per imagined step. With fixed bounds both are known when the
+  policy is built.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import distributions as D
+from torchrl.envs import DreamerEnv
+from torchrl.modules import TanhNormal
+from torchrl.modules.distributions.continuous import (
+    SafeTanhTransform,
+    _PatchedAffineTransform,
+    _PatchedComposeTransform,
+)
+
+
+class NonTerminatingDreamerEnv(DreamerEnv):
+    """A :class:`~torchrl.envs.DreamerEnv` whose rollouts never test for done.
+
+    ``rollout`` defaults to ``break_when_any_done=False`` (callers may still ask
+    for early stopping) and ``maybe_reset`` returns its input: the world model
+    predicts no terminations, so no imagined state is ever done.
+    """
+
+    def rollout(self, *args, break_when_any_done: bool | None = False, **kwargs):
+        return super().rollout(*args, break_when_any_done=break_when_any_done, **kwargs)
+
+    def maybe_reset(self, tensordict):
+        return tensordict
+
+
+class FixedBoundsTanhNormal(TanhNormal):
+    """A :class:`~torchrl.modules.TanhNormal` over bounds fixed when the policy is built.
+
+    Same distribution as upstream; the per-instance checks are dropped and the
+    affine rescale is always applied (as upstream does under ``torch.compile``),
+    which is exact for any bounds, ``[-1, 1]`` included. Validate the bounds once
+    with :meth:`check_bounds` when building the policy.
+    """
+
+    def __init__(
+        self,
+        loc: torch.Tensor,
+        scale: torch.Tensor,
+        upscale: float = 5.0,
+        low: torch.Tensor | float = -1.0,
+        high: torch.Tensor | float = 1.0,
+        event_dims: int | None = None,
+        tanh_loc: bool = False,
+        safe_tanh: bool = True,
+    ):
+        low = torch.as_tensor(low, device=loc.device, dtype=loc.dtype)
+        high = torch.as_tensor(high, device=loc.device, dtype=loc.dtype)
+        self.non_trivial_max = self.non_trivial_min = True  # Python bools: no test of tensors
+        self.tanh_loc = tanh_loc
+        self._event_dims = min(1, loc.ndim) if event_dims is None else event_dims
+        self.device = loc.device
+        self.upscale = upscale
+        self.low, self.high = low, high
+        squash = SafeTanhTransform() if safe_tanh else D.TanhTransform()
+        self._t = _PatchedComposeTransform(
+            [squash, _PatchedAffineTransform(loc=(high + low) / 2, scale=(high - low) / 2)]
+        )
+        self.update(loc, scale)
+
+    @staticmethod
+    def check_bounds(low: torch.Tensor, high: torch.Tensor) -> None:
+        if not bool((high > low).all()):
+            raise ValueError(f"action bounds need high > low, got low={low.tolist()} high={high.tolist()}")
