@@ -60,6 +60,8 @@ class RunLogger:
         A resumed run restarts from its checkpoint; the lines the killed run
         logged after it would otherwise make frames/updates go backwards.
         """
+        if not self.enabled:
+            return
         if not self.metrics_path.exists():
             return
         kept = []

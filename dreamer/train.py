@@ -101,33 +101,38 @@ class Trainer:
             should_stop=lambda: self.stop.requested is not None,
         )
 
-        self.learner = learner_cls(cfg, self.models, self.device, autocast)
-        self.replay = make_replay_buffer(cfg, self.device)
-        self.learner.compile()
-        self.eval_env = make_env(
-            cfg.env, state_dim=a.latent_state_dim, belief_dim=a.rssm_hidden_dim,
-            seed=cfg.seed + 10**6, record_pixels=cfg.eval.video,
-        )
-        self.eval_policy = self.models.policy(explore=False)
+        try:
+            self.learner = learner_cls(cfg, self.models, self.device, autocast)
+            self.replay = make_replay_buffer(cfg, self.device)
+            self.learner.compile()
+            self.eval_env = make_env(
+                cfg.env, state_dim=a.latent_state_dim, belief_dim=a.rssm_hidden_dim,
+                seed=cfg.seed + 10**6, record_pixels=cfg.eval.video,
+            )
+            self.eval_policy = self.models.policy(explore=False)
 
-        updates_per_step = cfg.train.train_ratio / (cfg.buffer.batch_size * cfg.buffer.batch_length)
-        self.ratio = Ratio(updates_per_step)
-        self.sync_weights = Every(cfg.collector.weight_sync_every)
-        self.log_due = Every(cfg.logger.log_every)
-        self.eval_due = Every(cfg.eval.every)
-        self.checkpoint_due = Every(cfg.checkpoint.every)
-        self.logger = RunLogger(cfg, self.run_dir, enabled=ranks.is_main)
-        self.last_eval: EvalResult | None = None
-        self.warm = False
-        if self.resumed_state is not None:
-            self._restore(self.resumed_state)
-        else:
-            self.logger.rewind(0)  # lines of an attempt that died before its first checkpoint
-        if ranks.enabled:
-            distributed.broadcast_module(self.models.modules)  # identical start on every rank
-            self.learner.grad_sync = distributed.GradientAverager(ranks.world_size)
-        if ranks.is_main:
-            (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+            updates_per_step = cfg.train.train_ratio / (cfg.buffer.batch_size * cfg.buffer.batch_length)
+            self.ratio = Ratio(updates_per_step)
+            self.sync_weights = Every(cfg.collector.weight_sync_every)
+            self.log_due = Every(cfg.logger.log_every)
+            self.eval_due = Every(cfg.eval.every)
+            self.checkpoint_due = Every(cfg.checkpoint.every)
+            self.logger = RunLogger(cfg, self.run_dir, enabled=ranks.is_main)
+            self.last_eval: EvalResult | None = None
+            self.warm = False
+            if self.resumed_state is not None:
+                self._restore(self.resumed_state)
+            else:
+                self.logger.rewind(0)  # lines of an attempt that died before its first checkpoint
+            if ranks.enabled:
+                distributed.broadcast_module(self.models.modules)  # identical start on every rank
+                self.learner.grad_sync = distributed.GradientAverager(ranks.world_size)
+            if ranks.is_main:
+                (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+        except BaseException:
+            # Live workers would keep this process from exiting (it joins them at exit).
+            self.collector.shutdown()
+            raise
 
     # -- state ----------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -75,7 +75,7 @@ def test_submitit_local_job_checkpoints_on_sigusr1_requeues_and_resumes(tmp_path
             launcher.kill()
     assert launcher.returncode == 0, output[-3000:]
     log = (run_dir / "dreamer.log").read_text()
-    stop = re.search(r"stop requested \(signal 10\): checkpoint \S+ at frames=(\d+) updates=(\d+)", log)
+    stop = re.search(r"stop requested \(SIGUSR1\): checkpoint \S+ at frames=(\d+) updates=(\d+)", log)
     assert stop, log[-3000:]
     frames, updates = stop.groups()
     assert f"resumed from {run_dir} at frames={frames} updates={updates}" in log
