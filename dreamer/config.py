@@ -97,6 +97,15 @@ class AlgoConfig:
     # at agc x parameter norm, learning rates warmed up over this many updates.
     agc: float = 0.3
     lr_warmup_steps: int = 1000
+    # How the actor's objective reaches its weights: "dynamics" backpropagates the
+    # imagined return through the learned model (continuous actions only);
+    # "reinforce" uses the score function with a value baseline (the paper's
+    # choice for every action space); auto = dynamics when continuous.
+    actor_grad: Literal["auto", "dynamics", "reinforce"] = "auto"
+    # Weight of the critic's replay loss (the paper's repval, 0.3): the value
+    # head also learns lambda-returns along replayed sequences, bootstrapped
+    # from the imagined returns of those states. 0 turns it off.
+    replay_value_scale: float = 0.3
 
     @property
     def latent_state_dim(self) -> int:
@@ -265,6 +274,7 @@ _NON_NEGATIVE = [
     "algo.free_nats", "algo.exploration_noise", "collector.max_restarts",
     "algo.unimix", "algo.free_bits", "algo.dyn_loss_scale", "algo.rep_loss_scale",
     "algo.entropy_scale", "algo.slow_critic_reg", "algo.agc", "algo.lr_warmup_steps",
+    "algo.replay_value_scale",
 ]
 _EMA_RATES = ["algo.slow_critic_tau", "algo.return_norm_rate"]
 # Fractions that must lie in [low, high).

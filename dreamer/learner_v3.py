@@ -15,23 +15,25 @@ import torch
 from tensordict import TensorDictBase
 from torch.nn.utils import get_total_norm
 from torch.profiler import record_function
-from torchrl.objectives import DreamerV3ActorLoss, DreamerV3ModelLoss, DreamerV3ValueLoss, ValueEstimators
+from torchrl.objectives import DreamerV3ActorLoss, DreamerV3ModelLoss, ValueEstimators
 from torchrl.objectives.utils import SoftUpdate
 from torchrl.trainers.algorithms import DreamerV3Optimizer
 
 from dreamer.compile import maybe_compile, timed_warmup
 from dreamer.config import Config
 from dreamer.envs import PIXELS_KEY
+from dreamer.errors import UserError
 from dreamer.health import NonFiniteGuard
 from dreamer.learner import MetricsAccumulator
 from dreamer.models_v3 import DreamerV3Models
+from torchrl_ext import SyncFreeDreamerV3ValueLoss
 
 WORLD_MODEL_LOSSES = (
     "loss_model_dynamic", "loss_model_representation", "loss_model_reco",
     "loss_model_reward", "loss_model_continue",
 )
 METRIC_NAMES = WORLD_MODEL_LOSSES + (
-    "loss_actor", "actor_entropy", "return_scale", "loss_value", "value_slow_loss",
+    "loss_actor", "actor_entropy", "return_scale", "loss_value", "value_slow_loss", "loss_replay_value",
     "grad_norm_world_model", "grad_norm_actor", "grad_norm_value",
 )
 WORLD_MODEL_PARTS = ("encoder", "decoder", "prior", "posterior", "reward", "continuation")
@@ -59,6 +61,17 @@ def _undo_where(found_inf: torch.Tensor, tensors: list[torch.Tensor], before: li
     with torch.no_grad():
         for now, then in zip(tensors, before):
             now.copy_(torch.where(skip, then, now))
+
+
+def _use_reinforce(actor_grad: str, discrete: bool) -> bool:
+    """auto: one-hot samples have no pathwise gradient (REINFORCE); continuous
+    actions backpropagate through the learned dynamics."""
+    if actor_grad == "dynamics" and discrete:
+        raise UserError(
+            "algo.actor_grad=dynamics needs continuous actions, and this env's are discrete: "
+            "use algo.actor_grad=auto or reinforce"
+        )
+    return actor_grad == "reinforce" or discrete
 
 
 class DreamerV3Learner:
@@ -95,16 +108,14 @@ class DreamerV3Learner:
             continuation_model=models.continuation,
             imagination_horizon=a.imagination_horizon,
             entropy_bonus=a.entropy_scale,
-            # One-hot samples have no pathwise gradient; continuous actions
-            # backpropagate through the learned dynamics.
-            use_reinforce=models.discrete,
+            use_reinforce=_use_reinforce(a.actor_grad, models.discrete),
             return_normalization_rate=a.return_norm_rate,
             return_normalization_min_scale=a.return_norm_min_scale,
         ).to(device)
         # With a continuation model the loss computes its lambda-returns with
         # an explicit, sync-free recursion over the horizon.
         self.actor_loss.make_value_estimator(ValueEstimators.TDLambda, gamma=a.gamma, lmbda=a.lmbda)
-        self.value_loss = DreamerV3ValueLoss(
+        self.value_loss = SyncFreeDreamerV3ValueLoss(
             models.value, value_loss="two_hot", num_value_bins=a.num_bins,
             actor_loss=self.actor_loss, slow_critic_regularization=a.slow_critic_reg,
         ).to(device)
@@ -114,6 +125,7 @@ class DreamerV3Learner:
         )
         self._actor_loss_fn = self.actor_loss
         self._value_loss_fn = self.value_loss
+        self._replay_value_fn = self.value_loss.replay_value_loss
 
         m = models.modules
         self.params = {
@@ -162,6 +174,7 @@ class DreamerV3Learner:
         cc = self.cfg.compile
         self._actor_loss_fn = maybe_compile(self.actor_loss, cc)
         self._value_loss_fn = maybe_compile(self.value_loss, cc)
+        self._replay_value_fn = maybe_compile(self.value_loss.replay_value_loss, cc)
 
     def warmup(self, batch: TensorDictBase) -> float:
         """Compile and exercise the (compiled) losses, forward and backward, on a
@@ -176,8 +189,7 @@ class DreamerV3Learner:
         def step():
             actor_td, imagined = self._actor_loss_fn(starts)
             actor_td["loss_actor"].backward()
-            value_td, _ = self._value_loss_fn(imagined)
-            value_td["loss_value"].backward()
+            self._critic_loss(prepared, latent, imagined)[0].backward()
 
         # The warm-up must not move the return-normalisation statistics.
         retnorm = {k: v.clone() for k, v in self.actor_loss.retnorm.state_dict().items()}
@@ -212,6 +224,32 @@ class DreamerV3Learner:
         _undo_where(found_inf, after[: len(before)] + created, before + [torch.zeros_like(t) for t in created])
         return grad_norm, found_inf
 
+    def _replay_value_loss(self, batch: TensorDictBase, latent: TensorDictBase,
+                           imagined: TensorDictBase) -> torch.Tensor:
+        """The critic on replayed sequences: lambda-returns along the real rewards,
+        bootstrapped from each state's own imagined return (the paper's repval).
+        Features are detached: the world model learns from its own loss only."""
+        replay = latent.get("next").select("state", "belief").detach()  # (B, T, S), (B, T, H)
+        # lambda_target (B*T, H, 1): step 0 is the return imagined from that replay state.
+        bootstrap = imagined.get("lambda_target")[:, 0, 0].reshape(replay.shape)  # (B, T)
+        replay.set("bootstrap", bootstrap)
+        for key in ("reward", "done", "terminated"):
+            replay.set(("next", key), batch.get(("next", key)))  # (B, T, 1)
+        a = self.cfg.algo
+        loss_td = self._replay_value_fn(replay, horizon=1.0 / (1.0 - a.gamma), lmbda=a.lmbda)
+        return loss_td["loss_replay_value"]
+
+    def _critic_loss(self, batch: TensorDictBase, latent: TensorDictBase,
+                     imagined: TensorDictBase) -> tuple[torch.Tensor, TensorDictBase, torch.Tensor]:
+        """Imagined value loss plus the weighted replay loss; returns (total, parts, replay)."""
+        value_td, _ = self._value_loss_fn(imagined)
+        scale = self.cfg.algo.replay_value_scale
+        if scale == 0:
+            replay = torch.zeros((), device=self.device)
+            return value_td["loss_value"], value_td, replay
+        replay = self._replay_value_loss(batch, latent, imagined)
+        return value_td["loss_value"] + scale * replay, value_td, replay
+
     def update(self, batch: TensorDictBase) -> None:
         """One Dreamer V3 update (world model, actor, value, slow critic) with no host sync."""
         batch = self.prepare(batch)
@@ -227,8 +265,8 @@ class DreamerV3Learner:
             actor_grad, actor_inf = self._step("actor", actor_td["loss_actor"])
         with record_function("## train/value ##"):
             with self._autocast():
-                value_td, _ = self._value_loss_fn(imagined)
-            value_grad, value_inf = self._step("value", value_td["loss_value"])
+                critic_loss, value_td, replay_value = self._critic_loss(batch, latent, imagined)
+            value_grad, value_inf = self._step("value", critic_loss)
             if self.slow_critic is not None:
                 self.slow_critic.step()
         self.nonfinite.observe(torch.stack([wm_inf, actor_inf, value_inf]))
@@ -236,7 +274,7 @@ class DreamerV3Learner:
             torch.stack(
                 wm_losses + [
                     actor_td["loss_actor"], actor_td["actor_entropy"], actor_td["return_scale"],
-                    value_td["loss_value"], value_td["value_slow_loss"],
+                    value_td["loss_value"], value_td["value_slow_loss"], replay_value,
                     wm_grad, actor_grad, value_grad,
                 ]
             )

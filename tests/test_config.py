@@ -274,6 +274,8 @@ def test_pendulum_v3_preset_is_v3_on_pendulum_states(compose):
         ("slow_critic_tau", 1.5, "algo.slow_critic_tau=1.5 is an EMA rate: it must be in (0, 1]"),
         ("return_norm_rate", 0.0, "algo.return_norm_rate=0.0"),
         ("num_bins", 254, "algo.num_bins=254 must be odd"),
+        ("actor_grad", "backprop", "choose one of: auto, dynamics, reinforce"),
+        ("replay_value_scale", -0.3, "algo.replay_value_scale=-0.3 must be >= 0"),
     ],
 )
 def test_bad_v3_keys_are_one_line_errors_naming_the_key(key, value, message):

@@ -15,6 +15,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from dreamer.config import validate
 from dreamer.envs import make_env
+from dreamer.errors import UserError
 from dreamer.learner_v3 import METRIC_NAMES, DreamerV3Learner
 from dreamer.models_v3 import build_models_v3
 from dreamer.replay import stored_keys
@@ -241,8 +242,43 @@ def test_v3_discrete_actions_are_one_hot_and_train():
         after = _parameters(learner)
         assert any(not torch.equal(before[n], after[n]) for n in before if n.startswith("actor."))
         assert all(math.isfinite(v) for v in learner.flush_metrics().values())
+        # A discrete actor has no pathwise gradient through the dynamics.
+        cfg.algo.actor_grad = "dynamics"
+        with pytest.raises(UserError, match="algo.actor_grad=dynamics needs continuous actions") as err:
+            _learner(cfg, env)
+        assert "\n" not in str(err.value)
     finally:
         close_env(env)
+
+
+def test_replay_value_loss_trains_the_critic_and_nothing_else(state_setup):
+    """Same seed, same batch: with the replay loss only the value head ends elsewhere."""
+    cfg, env, batch = state_setup
+    plain = copy.deepcopy(cfg)
+    plain.algo.replay_value_scale = 0.0
+    learners = {}
+    for name, c in (("replay", cfg), ("plain", plain)):
+        learners[name] = _learner(c, env)
+        torch.manual_seed(1)
+        learners[name].update(batch.clone())
+    with_replay, without = _parameters(learners["replay"]), _parameters(learners["plain"])
+    moved = sorted({n.split(".")[0] for n in with_replay if not torch.equal(with_replay[n], without[n])})
+    assert moved == ["value"]
+    assert learners["replay"].flush_metrics()["loss_replay_value"] > 0
+    assert learners["plain"].flush_metrics()["loss_replay_value"] == 0
+
+
+@pytest.mark.parametrize("actor_grad, reinforce", [("auto", False), ("dynamics", False), ("reinforce", True)])
+def test_continuous_actor_gradient_follows_algo_actor_grad(state_setup, actor_grad, reinforce):
+    cfg, env, batch = state_setup
+    cfg = copy.deepcopy(cfg)
+    cfg.algo.actor_grad = actor_grad
+    learner = _learner(cfg, env)
+    assert learner.actor_loss.use_reinforce is reinforce
+    before = _parameters(learner)
+    learner.update(batch.clone())
+    after = _parameters(learner)
+    assert any(not torch.equal(before[n], after[n]) for n in before if n.startswith("actor."))
 
 
 def test_v3_compiled_losses_warm_up_without_touching_return_statistics(state_setup):

@@ -3,6 +3,7 @@
 Nothing here imports ``dreamer``.
 """
 
+from torchrl_ext.dreamer_v3 import SyncFreeDreamerV3ValueLoss, replay_lambda_returns
 from torchrl_ext.imagination import FixedBoundsTanhNormal, NonTerminatingDreamerEnv
 from torchrl_ext.replay import PinnedLazyTensorStorage, PlainWriteReplayBuffer, SliceCursorWriter
 from torchrl_ext.weight_sync import LivenessCheckedSharedMemWeightSyncScheme, ReceiverDied
@@ -15,4 +16,6 @@ __all__ = [
     "PlainWriteReplayBuffer",
     "ReceiverDied",
     "SliceCursorWriter",
+    "SyncFreeDreamerV3ValueLoss",
+    "replay_lambda_returns",
 ]
