@@ -39,6 +39,10 @@ class Ratio:
         self.credit -= whole
         return whole
 
+    def refund(self, unpaid: int) -> None:
+        """Owed updates not made (the run stopped mid-batch) stay owed, for a resume."""
+        self.credit += unpaid
+
     def state_dict(self) -> dict:
         return {"credit": self.credit}
 

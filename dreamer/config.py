@@ -219,6 +219,9 @@ class DistributedConfig:
 @dataclass
 class TrainConfig:
     total_frames: int = 40_000  # env frames (agent steps x action repeat)
+    # Wall-clock budget of this invocation: past it the run finishes as if it had
+    # reached total_frames (final evaluation, checkpoint, summary); null = none.
+    max_minutes: Optional[float] = None
     # Replayed steps per agent step: updates/step = ratio / (batch_size*batch_length).
     train_ratio: float = 100.0
     # Updates with a non-finite loss or gradient are skipped (weights and
@@ -412,6 +415,8 @@ def validate(cfg: Config) -> Config:
             f"compile.mode={cfg.compile.mode} and compile.options are both set; torch.compile "
             "accepts only one: add compile.options=null or compile.mode=null"
         )
+    if cfg.train.max_minutes is not None and cfg.train.max_minutes <= 0:
+        raise UserError(f"train.max_minutes={cfg.train.max_minutes} must be > 0 (or null for no limit)")
     if cfg.threads is not None and cfg.threads <= 0:
         raise UserError(f"threads={cfg.threads} must be > 0 (or null for automatic)")
     if cfg.collector.num_workers is not None and cfg.collector.num_workers < 0:

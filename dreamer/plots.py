@@ -22,6 +22,7 @@ class Run:
     label: str  # runs with the same label are seeds of one curve
     eval_frames: np.ndarray
     eval_returns: np.ndarray
+    eval_minutes: np.ndarray  # wall time of each evaluation since the run started
     rate_frames: np.ndarray
     updates_per_s: np.ndarray
 
@@ -55,6 +56,8 @@ def load_run(path: Path) -> Run:
         path=path, label=_label(config),
         eval_frames=np.array([r["frames"] for r in evals], dtype=float),
         eval_returns=np.array([r["eval_return_mean"] for r in evals], dtype=float),
+        # Runs logged before wall_s existed plot against frames only.
+        eval_minutes=np.array([r.get("wall_s", np.nan) / 60.0 for r in evals], dtype=float),
         rate_frames=np.array([r["frames"] for r in rates], dtype=float),
         updates_per_s=np.array([r["updates_per_s"] for r in rates], dtype=float),
     )
@@ -75,8 +78,9 @@ def mean_std(xs: list[np.ndarray], ys: list[np.ndarray]) -> tuple[np.ndarray, np
         return grid, np.nanmean(stacked, axis=0), np.nanstd(stacked, axis=0)
 
 
-def plot_runs(runs: list[Run], out: Path) -> Path:
-    """Eval return (mean ± std over the runs sharing a label) and updates/s vs frames."""
+def plot_runs(runs: list[Run], out: Path, x_axis: str = "frames") -> Path:
+    """Eval return (mean ± std over the runs sharing a label) and updates/s vs frames;
+    ``x_axis="minutes"`` puts the eval return against wall-clock minutes instead."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on clusters
@@ -88,13 +92,15 @@ def plot_runs(runs: list[Run], out: Path) -> Path:
     fig, (ax_ret, ax_rate) = plt.subplots(1, 2, figsize=(11, 4))
     for label, members in groups.items():
         name = f"{label} ({len(members)} run{'s' if len(members) > 1 else ''})"
-        x, mean, std = mean_std([r.eval_frames for r in members], [r.eval_returns for r in members])
+        eval_x = [r.eval_minutes if x_axis == "minutes" else r.eval_frames for r in members]
+        x, mean, std = mean_std(eval_x, [r.eval_returns for r in members])
         line, = ax_ret.plot(x, mean, marker="o", markersize=3, label=name)
         ax_ret.fill_between(x, mean - std, mean + std, alpha=0.25, color=line.get_color())
         x, mean, std = mean_std([r.rate_frames for r in members], [r.updates_per_s for r in members])
         ax_rate.plot(x, mean, color=line.get_color(), label=name)
         ax_rate.fill_between(x, mean - std, mean + std, alpha=0.25, color=line.get_color())
-    ax_ret.set(xlabel="env frames", ylabel="eval return", title="Eval return (mean ± std over seeds)")
+    ax_ret.set(xlabel="wall-clock minutes" if x_axis == "minutes" else "env frames", ylabel="eval return",
+               title="Eval return (mean ± std over seeds)")
     ax_rate.set(xlabel="env frames", ylabel="updates / s", title="Learner throughput")
     for ax in (ax_ret, ax_rate):
         ax.grid(alpha=0.3)

@@ -17,7 +17,7 @@ from dreamer.errors import UserError
 
 # Dotted keys (a section name covers all its keys) a resumed run may change.
 RESUME_OVERRIDABLE = (
-    "train.total_frames", "logger", "eval", "checkpoint", "resume",
+    "train.total_frames", "train.max_minutes", "logger", "eval", "checkpoint", "resume",
     "compile.cache_dir", "compile.cache_artifact", "profiling",
 )
 

@@ -50,6 +50,7 @@ class Counters:
 class Trainer:
     def __init__(self, cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed.Ranks(),
                  overridden: set[str] = frozenset()):
+        self.started = time.perf_counter()  # train.max_minutes and wall_s count from here
         self.stop = StopRequest().install()  # SIGTERM/SIGINT/SIGUSR1 -> finish cleanly
         self.resumed_state = None
         if cfg.resume:
@@ -197,7 +198,8 @@ class Trainer:
         self.last_eval = result
         record = {"frames": self.counters.frames, "updates": self.counters.updates,
                   "eval_return_mean": result.mean, "eval_return_std": result.std,
-                  "eval_episodes": len(result.returns)}
+                  "eval_episodes": len(result.returns),
+                  "wall_s": time.perf_counter() - self.started}  # since this process started
         self.logger.log(record)
         if result.frames is not None:
             self.logger.log_video(result.frames, "eval_video", self.counters.frames)
@@ -215,7 +217,9 @@ class Trainer:
     # -- loop -----------------------------------------------------------------
     def run(self) -> dict:
         cfg, n = self.cfg, self.counters
-        start = time.perf_counter()
+        start, loop_start = self.started, time.perf_counter()
+        deadline = None if cfg.train.max_minutes is None else start + 60.0 * cfg.train.max_minutes
+        out_of_time = False
         obs_key = self.models.obs_key
         bar = tqdm.tqdm(total=cfg.train.total_frames, initial=n.frames, unit="frame",
                         disable=not cfg.logger.progress_bar, dynamic_ncols=True)
@@ -231,12 +235,17 @@ class Trainer:
                 if not self._ready_to_learn():
                     continue
                 if not self.warm:
-                    n.timers["random_phase_s"] = time.perf_counter() - start
+                    n.timers["random_phase_s"] = time.perf_counter() - loop_start
                     self._warm_up()
                     self.ratio.owed(0)
                     steady_start, updates0, frames0 = time.perf_counter(), n.updates, n.frames
                     n.timers["eval_s"] = 0.0
-                for _ in range(self.ratio.owed(steps)):
+                owed = self.ratio.owed(steps)
+                for paid in range(owed):
+                    if deadline is not None and self._all_ranks(time.perf_counter() >= deadline):
+                        self.ratio.refund(owed - paid)
+                        out_of_time = True
+                        break
                     with self.trace_window.update(n.updates + 1):
                         with record_function("## train/sample ##"):
                             sample = self.replay.sample()
@@ -254,7 +263,10 @@ class Trainer:
                     bar.set_postfix(updates=n.updates, eval=f"{self.last_eval.mean:.1f}", refresh=False)
                 else:
                     bar.set_postfix(updates=n.updates, refresh=False)
-                if n.frames >= cfg.train.total_frames:
+                if n.frames >= cfg.train.total_frames or out_of_time:
+                    break
+                if deadline is not None and self._all_ranks(time.perf_counter() >= deadline):
+                    out_of_time = True
                     break
                 if self._stop_requested():
                     stopping = True
@@ -297,6 +309,7 @@ class Trainer:
             "eval_return_std": last_eval.std if last_eval else None,
             "eval_episodes": len(last_eval.returns) if last_eval else 0,
             "stopped_by": self.stop.requested,
+            "finished_by": "max_minutes" if out_of_time else ("signal" if stopping else "total_frames"),
             **{k: v for k, v in n.timers.items()},
         }
         self.logger.write_summary(summary)
@@ -308,7 +321,10 @@ class Trainer:
 
     def _stop_requested(self) -> bool:
         """A stop signal here or (data-parallel) on any rank: all ranks stop together."""
-        local = self.stop.requested is not None or preemption.requested()
+        return self._all_ranks(self.stop.requested is not None or preemption.requested())
+
+    def _all_ranks(self, local: bool) -> bool:
+        """True on every rank when true on any (ranks must leave the loop together)."""
         if not self.ranks.enabled:
             return local
         return distributed.any_rank(local, self.device)

@@ -23,10 +23,12 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     parser.add_argument("--out", type=Path, default=Path("runs.png"), help="PNG to write (default runs.png)")
+    parser.add_argument("--x", choices=("frames", "minutes"), default="frames",
+                        help="eval return against env frames (default) or wall-clock minutes")
     args = parser.parse_args(argv)
     try:
         runs = [load_run(path) for path in find_runs(args.run_dirs)]
-        out = plot_runs(runs, args.out)
+        out = plot_runs(runs, args.out, x_axis=args.x)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

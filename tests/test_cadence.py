@@ -107,3 +107,13 @@ def test_ratio_state_dict_round_trip_keeps_the_carried_fraction():
     restored.load_state_dict(original.state_dict())
     assert restored.credit == pytest.approx(original.credit)
     assert [restored.owed(3) for _ in range(5)] == [original.owed(3) for _ in range(5)]
+
+
+def test_ratio_refund_keeps_updates_a_stopped_batch_did_not_make():
+    """A run stopped after 1 of 3 owed updates, resumed: the total matches an unstopped run."""
+    stopped, reference = Ratio(0.5), Ratio(0.5)
+    owed = stopped.owed(6)
+    stopped.refund(owed - 1)  # made only one of them
+    resumed = Ratio(0.5)
+    resumed.load_state_dict(stopped.state_dict())
+    assert 1 + resumed.owed(4) == reference.owed(6) + reference.owed(4)
