@@ -104,11 +104,11 @@ def broadcast_module(module: torch.nn.Module) -> None:
         dist.broadcast(tensor.data, src=0)
 
 
-def any_rank(flag: bool, device: torch.device) -> bool:
-    """True on every rank when ``flag`` is True on at least one."""
-    value = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
+def max_over_ranks(value: int, device: torch.device) -> int:
+    """The largest ``value`` over all ranks, on every rank (e.g. a stop reason code)."""
+    reduced = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(reduced, op=dist.ReduceOp.MAX)
+    return int(reduced.item())
 
 
 def max_divergence(module: torch.nn.Module) -> float:

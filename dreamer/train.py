@@ -58,6 +58,8 @@ class Trainer:
         else:
             resume.refuse_run_dir_with_checkpoints(Path(run_dir))
         self.cfg, self.run_dir, self.ranks = cfg, Path(run_dir), ranks
+        budget = cfg.train.max_minutes
+        self.deadline = None if budget is None else self.started + 60.0 * budget
         check_env(cfg.env)  # a bad env name fails here, in one line, not in a worker
 
         self.device = distributed.rank_device(resolve_device(cfg), ranks)
@@ -218,13 +220,11 @@ class Trainer:
     def run(self) -> dict:
         cfg, n = self.cfg, self.counters
         start, loop_start = self.started, time.perf_counter()
-        deadline = None if cfg.train.max_minutes is None else start + 60.0 * cfg.train.max_minutes
-        out_of_time = False
+        leave = None  # why the loop ended early: "signal" or "max_minutes"
         obs_key = self.models.obs_key
         bar = tqdm.tqdm(total=cfg.train.total_frames, initial=n.frames, unit="frame",
                         disable=not cfg.logger.progress_bar, dynamic_ncols=True)
         steady_start, updates0, frames0 = None, n.updates, n.frames
-        stopping = False
         try:
             for batch in self.collector:
                 with record_function("## collect/write ##"):
@@ -242,9 +242,11 @@ class Trainer:
                     n.timers["eval_s"] = 0.0
                 owed = self.ratio.owed(steps)
                 for paid in range(owed):
-                    if deadline is not None and self._all_ranks(time.perf_counter() >= deadline):
-                        self.ratio.refund(owed - paid)
-                        out_of_time = True
+                    # Checked before every update: a batch can owe minutes of
+                    # updates, longer than a scheduler's warning before its kill.
+                    leave = self._leave()
+                    if leave is not None:
+                        self.ratio.refund(owed - paid)  # still owed after a resume
                         break
                     with self.trace_window.update(n.updates + 1):
                         with record_function("## train/sample ##"):
@@ -263,13 +265,10 @@ class Trainer:
                     bar.set_postfix(updates=n.updates, eval=f"{self.last_eval.mean:.1f}", refresh=False)
                 else:
                     bar.set_postfix(updates=n.updates, refresh=False)
-                if n.frames >= cfg.train.total_frames or out_of_time:
+                if leave is not None or n.frames >= cfg.train.total_frames:
                     break
-                if deadline is not None and self._all_ranks(time.perf_counter() >= deadline):
-                    out_of_time = True
-                    break
-                if self._stop_requested():
-                    stopping = True
+                leave = self._leave()
+                if leave is not None:
                     break
         except WorkerDied as err:
             path = self.save()  # nothing lost: the run continues from here
@@ -278,6 +277,7 @@ class Trainer:
             bar.close()
             self.collector.shutdown()
             self.trace_window.finish()
+        stopping = leave == "signal"
         if stopping and preemption.installed():
             return self._stop_for_preemption()  # a requeueing scheduler continues the run
         if steady_start is None:
@@ -309,7 +309,7 @@ class Trainer:
             "eval_return_std": last_eval.std if last_eval else None,
             "eval_episodes": len(last_eval.returns) if last_eval else 0,
             "stopped_by": self.stop.requested,
-            "finished_by": "max_minutes" if out_of_time else ("signal" if stopping else "total_frames"),
+            "finished_by": leave or "total_frames",
             **{k: v for k, v in n.timers.items()},
         }
         self.logger.write_summary(summary)
@@ -319,15 +319,20 @@ class Trainer:
         self.stop.uninstall()
         return summary
 
-    def _stop_requested(self) -> bool:
-        """A stop signal here or (data-parallel) on any rank: all ranks stop together."""
-        return self._all_ranks(self.stop.requested is not None or preemption.requested())
+    _LEAVE_REASONS = (None, "max_minutes", "signal")  # in rising priority
 
-    def _all_ranks(self, local: bool) -> bool:
-        """True on every rank when true on any (ranks must leave the loop together)."""
-        if not self.ranks.enabled:
-            return local
-        return distributed.any_rank(local, self.device)
+    def _leave(self) -> str | None:
+        """Why the loop must end now, the same on every rank (they leave together):
+        a stop signal (here or on any rank), the wall-clock budget, or None."""
+        if self.stop.requested is not None or preemption.requested():
+            local = 2
+        elif self.deadline is not None and time.perf_counter() >= self.deadline:
+            local = 1
+        else:
+            local = 0
+        if self.ranks.enabled:
+            local = distributed.max_over_ranks(local, self.device)
+        return self._LEAVE_REASONS[local]
 
     def _stop_for_preemption(self) -> dict:
         """Under a requeueing scheduler: checkpoint and return; no final eval or

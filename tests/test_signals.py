@@ -20,7 +20,10 @@ from helpers_e2e import FAST, alive, descendants, has_updates, start, wait_for
 ])
 def test_a_stop_signal_writes_a_final_checkpoint_and_exits_0(tmp_path, sig, whole_group):
     run_dir = tmp_path / "run"
-    proc = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=100000")
+    # 400 agent steps per batch owe 400 updates (smoke: one per step): a stop must
+    # not wait for them all (a scheduler's warning may be shorter).
+    proc = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=100000",
+                 "collector.frames_per_batch=400")
     wait_for(has_updates(run_dir), 180, "the first updates")
     children = descendants(proc.pid)
     assert children, "the run has collector workers"
@@ -38,6 +41,8 @@ def test_a_stop_signal_writes_a_final_checkpoint_and_exits_0(tmp_path, sig, whol
     newest = ckpt.load_latest(run_dir)
     assert newest["counters"]["updates"] == summary["updates"]  # the final checkpoint is the stop point
     assert newest["counters"]["frames"] == summary["frames"]
+    # It left mid-batch, and the updates it did not make are still owed on resume.
+    assert newest["cadence"]["ratio"]["credit"] >= 1
     wait_for(lambda: not alive(children), 10, f"workers {children} to exit")
 
 
