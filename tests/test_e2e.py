@@ -153,6 +153,9 @@ BAD_INPUTS = {
     "negative size": (["buffer.capacity=-5"], "buffer.capacity=-5 must be > 0"),
     "sequence longer than episode": (["buffer.batch_length=500"],
                                      "buffer.batch_length=500 is longer than env.max_episode_steps=100"),
+    "open-loop context as long as the sequences": (
+        ["env=pendulum_pixels", "eval.openloop_context=32"],
+        "eval.openloop_context=32 leaves no step to predict in buffer.batch_length=32 sequences"),
     "unwritable output dir": (lambda tmp: [f"hydra.run.dir={_a_file(tmp)}/run"], "cannot be written (Not a directory)"),
     "resume without checkpoint": (lambda tmp: [f"resume={tmp}"], "no checkpoint in"),
     "missing optional dependency": (["env=dmc"], "pip install 'dreamer[dmc]'", _hidden_dm_control),
