@@ -95,7 +95,8 @@ def test_first_context_frames_are_the_posterior_reconstructions(setup):
     # observed steps, drawing the same latent samples (same seed, same shapes).
     torch.manual_seed(1)
     observed = models.world_model(learner.prepare(replayed.clone())[:, :K])
-    expected = to_uint8(observed.get(("next", "reco_" + PIXELS_KEY)), pixel_value_range(models.modules["preprocess"], CPU))
+    value_range = pixel_value_range(models.modules["preprocess"], CPU)
+    expected = to_uint8(observed.get(("next", "reco_" + PIXELS_KEY)), value_range)  # (B, K, 64, 64, 3)
     assert torch.equal(_row(video, 1)[:, :K], expected)
 
 
@@ -132,7 +133,8 @@ def test_error_row_is_the_scaled_absolute_difference(setup):
 def test_a_perfect_reconstruction_shows_the_frames_and_zero_error(setup):
     models, _ = setup
     preprocess = models.modules["preprocess"]  # V1: [-0.5, 0.5]; V3: [0, 1]
-    frames = (torch.arange(2 * SIZE * SIZE * 3) % 256).to(torch.uint8).view(1, 2, SIZE, SIZE, 3)  # every value
+    # every uint8 value, many times over
+    frames = (torch.arange(2 * SIZE * SIZE * 3) % 256).to(torch.uint8).view(1, 2, SIZE, SIZE, 3)
     images = preprocess(frames)  # (1, 2, 3, 64, 64) float, what the decoder is trained to predict
     video = video_grid(images, images.clone(), pixel_value_range(preprocess, CPU))  # (2, 192, 64, 3)
     assert torch.equal(video[:, :SIZE], frames[0])
