@@ -184,6 +184,12 @@ class EvalConfig:
     every: int = 500  # updates
     episodes: int = 5
     video: bool = False
+    # Open-loop imagination video (pixel tasks only): replayed sequences whose
+    # first openloop_context steps the world model observes and the rest it
+    # predicts from the recorded actions alone; rows true / predicted / error.
+    openloop: bool = True
+    openloop_context: int = 5  # observed steps; < buffer.batch_length
+    openloop_sequences: int = 4  # grid columns, from one replayed batch (at most buffer.batch_size)
 
 
 @dataclass
@@ -268,7 +274,8 @@ _POSITIVE = [
     "algo.return_norm_min_scale",
     "collector.frames_per_batch", "collector.weight_sync_every",
     "buffer.capacity", "buffer.batch_size", "buffer.batch_length",
-    "logger.log_every", "eval.every", "eval.episodes", "checkpoint.every",
+    "logger.log_every", "eval.every", "eval.episodes", "eval.openloop_context",
+    "eval.openloop_sequences", "checkpoint.every",
     "checkpoint.keep", "train.total_frames", "train.train_ratio", "train.stop_after_nonfinite",
     "profiling.first_update",
 ]

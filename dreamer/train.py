@@ -23,6 +23,7 @@ from dreamer.learner import DreamerV1Learner
 from dreamer.learner_v3 import DreamerV3Learner
 from dreamer.models import build_models
 from dreamer.models_v3 import build_models_v3
+from dreamer.openloop import check_openloop_config, openloop_enabled, openloop_video
 from dreamer.profiling import TraceWindow
 from dreamer.replay import bytes_per_step, check_capacity, make_replay_buffer, write
 from dreamer.resources import resolve_autocast, resolve_device, resolve_threads
@@ -61,6 +62,7 @@ class Trainer:
         budget = cfg.train.max_minutes
         self.deadline = None if budget is None else self.started + 60.0 * budget
         check_env(cfg.env)  # a bad env name fails here, in one line, not in a worker
+        check_openloop_config(cfg)
 
         self.device = distributed.rank_device(resolve_device(cfg), ranks)
         workers = resolve_num_workers(cfg)
@@ -205,7 +207,18 @@ class Trainer:
         self.logger.log(record)
         if result.frames is not None:
             self.logger.log_video(result.frames, "eval_video", self.counters.frames)
+        if openloop_enabled(c) and self.warm:  # warm: replay holds whole sequences
+            self._log_openloop()
         self.counters.timers["eval_s"] += time.perf_counter() - start
+
+    def _log_openloop(self) -> None:
+        """Open-loop imagination on one replayed batch, prepared as the learner prepares it."""
+        batch = self.learner.prepare(self.replay.sample())  # (B, T), on the learner's device
+        video = openloop_video(
+            self.models, batch, context=self.cfg.eval.openloop_context,
+            sequences=self.cfg.eval.openloop_sequences,
+        )  # (T, 3*64, N*64, 3) uint8
+        self.logger.log_video(video.cpu(), "openloop", self.counters.frames)
 
     def _log(self, since: float, updates0: int, frames0: int) -> None:
         elapsed = max(time.perf_counter() - since - self.counters.timers["eval_s"], 1e-9)

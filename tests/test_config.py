@@ -95,6 +95,8 @@ def test_compile_mode_without_options_is_accepted():
         ("collector", "num_workers", -1),
         ("collector", "init_random_frames", -1),
         ("algo", "free_nats", -0.5),
+        ("eval", "openloop_context", 0),
+        ("eval", "openloop_sequences", 0),
     ],
 )
 def test_non_positive_sizes_are_rejected(section, key, value):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import imageio
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +53,7 @@ def test_cfg_job_prints_the_resolved_config():
     assert "train_ratio" in result.stdout and "experiment: smoke" in result.stdout
 
 
-def test_smoke_run_leaves_summary_metrics_checkpoint_and_video(smoke_run: Path):
+def test_smoke_run_leaves_summary_metrics_checkpoint_and_videos(smoke_run: Path):
     summary = json.loads((smoke_run / "summary.json").read_text())
     assert SUMMARY_KEYS <= summary.keys()
     assert summary["frames"] >= 600 and summary["updates"] > 0
@@ -62,7 +63,12 @@ def test_smoke_run_leaves_summary_metrics_checkpoint_and_video(smoke_run: Path):
     assert any("loss_model_reco" in m for m in metrics)
     assert any("eval_return_mean" in m for m in metrics)
     assert list((smoke_run / "checkpoints").glob("ckpt_*.pt"))
-    assert list((smoke_run / "videos").glob("*.mp4"))
+    assert list((smoke_run / "videos").glob("eval_video_*.mp4"))
+    # open-loop imagination: batch_length steps, rows true / predicted / error, batch_size columns
+    openloop = sorted((smoke_run / "videos").glob("openloop_*.mp4"))
+    assert openloop
+    frames = imageio.mimread(openloop[-1])
+    assert len(frames) == 10 and frames[0].shape == (3 * 64, 4 * 64, 3)
     # the portable compile cache another machine can start warm from
     assert (smoke_run / "compile_cache.bin").stat().st_size > 0
 
@@ -108,6 +114,7 @@ def test_wandb_run_offline_without_an_account_carries_config_tags_curve_and_vide
     (offline,) = (run_dir / "wandb").glob("offline-run-*")
     assert (run_dir / "summary.json").exists()
     assert list((offline / "files" / "media" / "videos").glob("eval_video_*.mp4"))
+    assert list((offline / "files" / "media" / "videos").glob("openloop_*.mp4"))
     assert list((offline / "files" / "media" / "images").glob("learning_curve_*.png"))
     assert (run_dir / "learning_curve.png").exists()
     # wandb 0.31 has no Python reader for its .wandb record log; its strings are stored as is.
@@ -146,6 +153,9 @@ BAD_INPUTS = {
     "negative size": (["buffer.capacity=-5"], "buffer.capacity=-5 must be > 0"),
     "sequence longer than episode": (["buffer.batch_length=500"],
                                      "buffer.batch_length=500 is longer than env.max_episode_steps=100"),
+    "open-loop context as long as the sequences": (
+        ["env=pendulum_pixels", "eval.openloop_context=32"],
+        "eval.openloop_context=32 leaves no step to predict in buffer.batch_length=32 sequences"),
     "unwritable output dir": (lambda tmp: [f"hydra.run.dir={_a_file(tmp)}/run"], "cannot be written (Not a directory)"),
     "resume without checkpoint": (lambda tmp: [f"resume={tmp}"], "no checkpoint in"),
     "missing optional dependency": (["env=dmc"], "pip install 'dreamer[dmc]'", _hidden_dm_control),
@@ -193,6 +203,7 @@ def test_dreamer_v3_tiny_run_trains_evaluates_and_resumes(tmp_path):
     assert any("loss_model_dynamic" in m and "return_scale" in m for m in metrics)
     assert any("eval_return_mean" in m for m in metrics)
     assert list((run_dir / "checkpoints").glob("ckpt_*.pt"))
+    assert not list(run_dir.glob("videos/openloop_*"))  # state observations: no images to imagine
 
     resumed = dreamer(*V3_TINY, f"resume={run_dir}", "train.total_frames=400")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
