@@ -12,6 +12,7 @@ Every env leaves here with the same contract, whatever its backend:
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 from typing import Callable
 
@@ -116,9 +117,29 @@ def _available(backend: str) -> list[str]:
 
 def _unknown(env_cfg: EnvConfig) -> UserError:
     names = _available(env_cfg.backend)
+    imported = f" (env.import={env_cfg.import_} did not register it)" if env_cfg.import_ else ""
     return UserError(
-        f"unknown {env_cfg.backend} env {env_cfg.name!r}; available: {', '.join(names)}"
+        f"unknown {env_cfg.backend} env {env_cfg.name!r}{imported}; available: {', '.join(names)}"
     )
+
+
+def import_env_module(env_cfg: EnvConfig) -> None:
+    """Import ``env.import`` (a user module that calls gymnasium.register).
+
+    make_env calls this first, so every process that builds an env imports it:
+    the main process and each spawned collector worker, a fresh interpreter
+    that has not seen the main process's imports.
+    """
+    module = env_cfg.import_
+    if not module:
+        return
+    try:
+        importlib.import_module(module)
+    except ImportError as err:
+        raise UserError(
+            f"env.import={module}: cannot import it ({err}); put the module on PYTHONPATH "
+            "(or run from the directory holding it) or fix the name"
+        ) from None
 
 
 def _require(module: str, extra_hint: str) -> None:
@@ -202,6 +223,7 @@ def make_env(
     ``record_pixels`` adds uint8 frames to a state-observation env (for videos);
     pixel envs always have them.
     """
+    import_env_module(env_cfg)
     device = torch.device(device)
     obs_key = observation_key(env_cfg)
     pixels = obs_key == PIXELS_KEY or record_pixels
@@ -269,6 +291,6 @@ def is_discrete(env: EnvBase) -> bool:
 
 
 __all__ = [
-    "PIXELS_KEY", "VECTOR_KEY", "observation_key", "configure_mujoco_gl", "make_env",
+    "PIXELS_KEY", "VECTOR_KEY", "observation_key", "configure_mujoco_gl", "make_env", "import_env_module",
     "env_factory", "check_env", "close_env", "is_discrete", "DownsampleUInt8",
 ]

@@ -281,3 +281,21 @@ def test_bad_v3_keys_are_one_line_errors_naming_the_key(key, value, message):
         load_config({"algo": {"name": "dreamer_v3", key: value}})
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+# -- env.import (a Python keyword as a config key) ---------------------------------
+
+
+def test_env_import_is_set_by_its_yaml_name_and_round_trips(compose):
+    cfg = load_config(compose(["env=gym", "env.name=MyEnv-v0", "env.import=mypkg.envs"]))
+    assert cfg.env.import_ == "mypkg.envs"
+    saved = to_dict(cfg)  # config.json, checkpoints, W&B
+    assert saved["env"]["import"] == "mypkg.envs" and "import_" not in saved["env"]
+    assert load_config(saved) == cfg
+
+
+def test_env_import_typo_is_an_unknown_key_listing_import():
+    with pytest.raises(UserError) as err:
+        load_config({"env": {"imports": "mypkg.envs"}})
+    assert "env.imports" in str(err.value) and "import" in str(err.value).split("known keys here:")[1]
+

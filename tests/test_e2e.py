@@ -149,6 +149,8 @@ BAD_INPUTS = {
     "unwritable output dir": (lambda tmp: [f"hydra.run.dir={_a_file(tmp)}/run"], "cannot be written (Not a directory)"),
     "resume without checkpoint": (lambda tmp: [f"resume={tmp}"], "no checkpoint in"),
     "missing optional dependency": (["env=dmc"], "pip install 'dreamer[dmc]'", _hidden_dm_control),
+    "missing env.import module": (["env.import=no_such_pkg.envs"],
+                                  "env.import=no_such_pkg.envs: cannot import it (No module named 'no_such_pkg')"),
 }
 
 
