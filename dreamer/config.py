@@ -43,6 +43,10 @@ class EnvConfig:
     max_episode_steps: int = 500
     # Atari only: probability of repeating the previous action (ALE v5 default).
     sticky_action_prob: float = 0.25
+    # Atari only: no-op starts. After each reset a random number of emulator
+    # frames in [0, noop_max] pass with the NOOP action (raw frames, not agent
+    # steps, as in DQN's and DreamerV3's protocol: 30); 0 = off.
+    noop_max: int = 0
     # A Python module imported (in the main process and in every collector
     # worker) before the env is looked up, so ids it registers with
     # gymnasium.register exist: env.import=mypkg.envs. YAML and the command
@@ -268,7 +272,7 @@ _POSITIVE = [
     "profiling.first_update",
 ]
 _NON_NEGATIVE = [
-    "collector.init_random_frames", "buffer.prefetch", "compile.warmup_iters",
+    "collector.init_random_frames", "buffer.prefetch", "compile.warmup_iters", "env.noop_max",
     "algo.free_nats", "algo.exploration_noise", "collector.max_restarts",
     "algo.unimix", "algo.free_bits", "algo.dyn_loss_scale", "algo.rep_loss_scale",
     "algo.entropy_scale", "algo.slow_critic_reg", "algo.agc", "algo.lr_warmup_steps",
@@ -447,6 +451,11 @@ def validate(cfg: Config) -> Config:
         raise UserError("buffer.capacity must hold at least one sequence (batch_length steps)")
     if cfg.env.backend == "atari" and not cfg.env.from_pixels:
         raise UserError("env.backend=atari needs env.from_pixels=true (RAM states are not supported)")
+    if cfg.env.noop_max and cfg.env.backend != "atari":
+        raise UserError(
+            f"env.noop_max={cfg.env.noop_max} is for Atari (no-op starts); set env.noop_max=0 "
+            f"for env.backend={cfg.env.backend}"
+        )
     if cfg.env.render_size < cfg.env.image_size and cfg.env.from_pixels:
         raise UserError(
             f"env.render_size={cfg.env.render_size} is smaller than env.image_size="

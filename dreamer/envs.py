@@ -16,6 +16,7 @@ import importlib
 import os
 from typing import Callable
 
+import gymnasium
 import torch
 import torch.nn.functional as F
 from tensordict import TensorDictBase
@@ -98,8 +99,6 @@ class DownsampleUInt8(Transform):
 
 def _available(backend: str) -> list[str]:
     if backend == "gymnasium":
-        import gymnasium
-
         return sorted(k for k in gymnasium.registry if "/" not in k)
     if backend == "dm_control":
         configure_mujoco_gl()
@@ -107,7 +106,6 @@ def _available(backend: str) -> list[str]:
 
         return sorted(f"{d}-{t}" for d, t in suite.ALL_TASKS)
     import ale_py
-    import gymnasium
 
     gymnasium.register_envs(ale_py)
     return sorted(
@@ -149,10 +147,31 @@ def _require(module: str, extra_hint: str) -> None:
         raise UserError(f"{module} is not installed ({err}); {extra_hint}") from None
 
 
+class AtariNoopStart(gymnasium.Wrapper):
+    """No-op starts: after each reset, a random number of emulator frames in
+    [0, noop_max] pass with the NOOP action, so episodes (and evaluations) start
+    from varied states even without sticky actions. Raw frames through ALE
+    itself, not agent steps of ``frameskip`` frames, as the protocol counts them.
+    """
+
+    def __init__(self, env: gymnasium.Env, noop_max: int):
+        super().__init__(env)
+        self.noop_max = noop_max
+
+    def reset(self, *, seed=None, options=None):
+        from ale_py import Action
+
+        obs, info = self.env.reset(seed=seed, options=options)
+        ale = self.env.unwrapped.ale
+        for _ in range(int(self.np_random.integers(self.noop_max + 1))):  # seeded by reset(seed=)
+            ale.act(Action.NOOP)
+            if ale.game_over():  # only a huge noop_max gets here
+                return self.env.reset()
+        return ale.getScreenRGB(), info  # the frame after the no-ops
+
+
 def _base_env(env_cfg: EnvConfig, device: torch.device, pixels: bool, pixels_only: bool) -> EnvBase:
     if env_cfg.backend == "gymnasium":
-        import gymnasium
-
         if pixels:
             # Classic control renders through pygame/SDL: no display, no audio here.
             os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
@@ -191,22 +210,22 @@ def _base_env(env_cfg: EnvConfig, device: torch.device, pixels: bool, pixels_onl
         )
     _require("ale_py", "install the extra: pip install 'dreamer[atari]' (in a checkout: pip install -e '.[atari]')")
     import ale_py
-    import gymnasium
-    from torchrl.envs import GymEnv
+    from torchrl.envs import GymWrapper
 
     gymnasium.register_envs(ale_py)
     game = env_cfg.name
     env_id = f"ALE/{game}-v5"
     if env_id not in gymnasium.registry:
         raise _unknown(env_cfg)
-    return GymEnv(
+    atari = gymnasium.make(
         env_id,
         frameskip=env_cfg.action_repeat,
         repeat_action_probability=env_cfg.sticky_action_prob,
         full_action_space=False,
-        categorical_action_encoding=False,  # one-hot actions for the world model
-        device=device,
     )
+    if env_cfg.noop_max:
+        atari = AtariNoopStart(atari, env_cfg.noop_max)
+    return GymWrapper(atari, categorical_action_encoding=False, device=device)  # one-hot actions
 
 
 def make_env(
@@ -292,5 +311,5 @@ def is_discrete(env: EnvBase) -> bool:
 
 __all__ = [
     "PIXELS_KEY", "VECTOR_KEY", "observation_key", "configure_mujoco_gl", "make_env", "import_env_module",
-    "env_factory", "check_env", "close_env", "is_discrete", "DownsampleUInt8",
+    "env_factory", "check_env", "close_env", "is_discrete", "DownsampleUInt8", "AtariNoopStart",
 ]

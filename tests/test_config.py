@@ -299,3 +299,17 @@ def test_env_import_typo_is_an_unknown_key_listing_import():
         load_config({"env": {"imports": "mypkg.envs"}})
     assert "env.imports" in str(err.value) and "import" in str(err.value).split("known keys here:")[1]
 
+
+# -- Atari no-op starts -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"noop_max": -1}, "env.noop_max=-1 must be >= 0"),
+        ({"backend": "gymnasium", "noop_max": 30}, "env.noop_max=30 is for Atari"),
+    ],
+)
+def test_bad_noop_max_is_one_line(env, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        load_config({"env": env})

@@ -267,3 +267,23 @@ def test_env_import_that_does_not_register_the_name_says_so(custom_env_module):
     assert f"env.import={module} did not register it" in msg
     assert env_id in _listed(msg)  # what it did register is offered
 
+
+# -- Atari no-op starts ----------------------------------------------------------
+
+
+def _episode_start_frames(env, resets: int) -> list[int]:
+    """ALE's frame counter right after each reset: the no-op frames that passed."""
+    ale = env.base_env._env.unwrapped.ale
+    starts = []
+    for _ in range(resets):
+        env.reset()
+        starts.append(ale.getEpisodeFrameNumber())
+    return starts
+
+
+def test_atari_noop_starts_skip_a_seeded_random_number_of_frames(env_of):
+    cfg = dict(backend="atari", name="Pong", from_pixels=True, action_repeat=4, sticky_action_prob=0.0)
+    starts = _episode_start_frames(env_of(**cfg, noop_max=30), 12)
+    assert all(0 <= n <= 30 for n in starts) and len(set(starts)) > 3, starts
+    assert _episode_start_frames(env_of(**cfg, noop_max=30), 12) == starts  # same seed, same starts
+    assert _episode_start_frames(env_of(**cfg, noop_max=0), 3) == [0, 0, 0]
