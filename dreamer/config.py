@@ -255,6 +255,9 @@ class Config:
     # A run directory to continue from (its newest checkpoint and config).
     resume: Optional[str] = None
     experiment: str = "default"
+    # The DreamerV3 size preset applied (model=size12m, conf/model/); null =
+    # the algo's own sizes. Set by the preset; it names the run (W&B, plots).
+    model: Optional[str] = None
 
 
 # Fields that must be > 0 (dotted paths); a zero batch or image size is a typo.
@@ -432,6 +435,11 @@ def validate(cfg: Config) -> Config:
     if cfg.algo.num_bins < 2 or cfg.algo.num_bins % 2 == 0:
         raise UserError(
             f"algo.num_bins={cfg.algo.num_bins} must be odd and >= 3, so one bin sits at 0"
+        )
+    if cfg.model is not None and cfg.algo.name != "dreamer_v3":
+        raise UserError(
+            f"model={cfg.model} is a DreamerV3 size preset, but algo.name={cfg.algo.name}: "
+            f"add algo=dreamer_v3 (or drop model= to keep {cfg.algo.name}'s own sizes)"
         )
     if cfg.compile.mode is not None and cfg.compile.options:
         raise UserError(

@@ -151,6 +151,11 @@ BAD_INPUTS = {
     "missing optional dependency": (["env=dmc"], "pip install 'dreamer[dmc]'", _hidden_dm_control),
     "missing env.import module": (["env.import=no_such_pkg.envs"],
                                   "env.import=no_such_pkg.envs: cannot import it (No module named 'no_such_pkg')"),
+    "unknown size preset": (["algo=dreamer_v3", "model=size13m"],
+                            "Could not find 'model/size13m'; choose model= one of: size100m, size12m, size1m,"),
+    "size preset with V1": (["model=size12m"],
+                            "model=size12m is a DreamerV3 size preset, but algo.name=dreamer_v1: add algo=dreamer_v3"),
+    "group set to null": (["model=null"], "to leave model unset write ~model, not model=null"),
 }
 
 
