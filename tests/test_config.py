@@ -296,10 +296,10 @@ def test_no_size_preset_keeps_the_algo_and_experiment_sizes(compose):
 
 @pytest.mark.parametrize(
     "experiment, size, rssm_hidden_dim, num_classes",
-    [("pendulum_v3", "size12m", 2048, 16)],
+    [("pendulum_v3", "size12m", 2048, 16), ("atari100k", "size1m", 512, 4), ("dmc_proprio", "size50m", 4096, 32)],
 )
 def test_a_size_preset_wins_over_any_experiments_sizes(compose, experiment, size, rssm_hidden_dim, num_classes):
-    # pendulum_v3 sets its own small sizes.
+    # pendulum_v3 sets its own small sizes; atari100k and dmc_proprio pick a size preset.
     cfg = load_config(compose([f"experiment={experiment}", f"model={size}"]))
     assert cfg.model == size and cfg.experiment == experiment
     assert (cfg.algo.rssm_hidden_dim, cfg.algo.num_classes) == (rssm_hidden_dim, num_classes)

@@ -138,7 +138,7 @@ BAD_INPUTS = {
     "mode with options": (["compile.mode=default"], "compile.mode=default and compile.options are both set"),
     "unknown env": (["env.name=NoSuchEnv-v9"], "unknown gymnasium env 'NoSuchEnv-v9'; available:"),
     "unknown preset": (["experiment=nope"],
-                       "Could not find 'experiment/nope'; choose experiment= one of: atari_pong, default,"),
+                       "Could not find 'experiment/nope'; choose experiment= one of: atari100k, atari_pong, default,"),
     "unknown env preset": (["env=nope"], "Could not find 'env/nope'; choose env= one of: atari, dmc,"),
     "unknown key": (["buffer.nosuch=1"], "Could not override 'buffer.nosuch': Key 'nosuch' not in"),
     "wrong type": (["buffer.batch_size=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
