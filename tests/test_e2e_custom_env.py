@@ -1,5 +1,6 @@
 """End to end: a user's own gymnasium env, registered in their module, trained with
-`python -m dreamer env=gym env.name=ID env.import=MODULE`."""
+`python -m dreamer env=gym env.name=ID env.import=MODULE`; and the achieved train
+ratio that run logs."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers_e2e import FAST, ROOT, dreamer_env, read_metrics
 from helpers_unit import write_custom_env_module
 
 MODULE, ENV_ID = "my_dreamer_envs", "MyDrift-v0"
+BATCH_SIZE, BATCH_LENGTH, TRAIN_RATIO = 4, 10, 40  # experiment=smoke: one update per agent step
 
 
 @pytest.fixture(scope="module")
@@ -45,3 +49,13 @@ def test_a_custom_env_trains_through_a_spawned_collector_worker(custom_env_run):
     assert summary["frames"] >= 250 and summary["updates"] > 0
     assert json.loads((run_dir / "config.json").read_text())["env"]["import"] == MODULE
 
+
+def test_metrics_log_the_train_ratio_achieved(custom_env_run):
+    run_dir, _, _ = custom_env_run
+    logged = [m for m in read_metrics(run_dir) if "train_ratio_achieved" in m]
+    assert len(logged) >= 3
+    for m in logged:  # replayed steps per agent step so far (action repeat 1: agent steps = frames)
+        assert m["train_ratio_achieved"] == pytest.approx(m["updates"] * BATCH_SIZE * BATCH_LENGTH / m["frames"])
+    # Below the target only by the random-phase share (100 of the run's 250+ agent steps).
+    final = json.loads((run_dir / "summary.json").read_text())["train_ratio_achieved"]
+    assert 0.5 * TRAIN_RATIO <= final <= TRAIN_RATIO
