@@ -14,7 +14,9 @@ checked here instead, with better messages than OmegaConf would give.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import keyword
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union, get_args, get_origin
@@ -41,6 +43,15 @@ class EnvConfig:
     max_episode_steps: int = 500
     # Atari only: probability of repeating the previous action (ALE v5 default).
     sticky_action_prob: float = 0.25
+    # Atari only: no-op starts. After each reset a random number of emulator
+    # frames in [0, noop_max] pass with the NOOP action (raw frames, not agent
+    # steps, as in DQN's and DreamerV3's protocol: 30); 0 = off.
+    noop_max: int = 0
+    # A Python module imported (in the main process and in every collector
+    # worker) before the env is looked up, so ids it registers with
+    # gymnasium.register exist: env.import=mypkg.envs. YAML and the command
+    # line call it `import`; a keyword cannot name a Python field (KEYWORD_KEYS).
+    import_: Optional[str] = None
 
 
 @dataclass
@@ -262,6 +273,9 @@ class Config:
     # A run directory to continue from (its newest checkpoint and config).
     resume: Optional[str] = None
     experiment: str = "default"
+    # The DreamerV3 size preset applied (model=size12m, conf/model/); null =
+    # the algo's own sizes. Set by the preset; it names the run (W&B, plots).
+    model: Optional[str] = None
 
 
 # Fields that must be > 0 (dotted paths); a zero batch or image size is a typo.
@@ -280,7 +294,7 @@ _POSITIVE = [
     "profiling.first_update",
 ]
 _NON_NEGATIVE = [
-    "collector.init_random_frames", "buffer.prefetch", "compile.warmup_iters",
+    "collector.init_random_frames", "buffer.prefetch", "compile.warmup_iters", "env.noop_max",
     "algo.free_nats", "algo.exploration_noise", "collector.max_restarts",
     "algo.unimix", "algo.free_bits", "algo.dyn_loss_scale", "algo.rep_loss_scale",
     "algo.entropy_scale", "algo.slow_critic_reg", "algo.agc", "algo.lr_warmup_steps",
@@ -289,6 +303,15 @@ _NON_NEGATIVE = [
 _EMA_RATES = ["algo.slow_critic_tau", "algo.return_norm_rate"]
 # Fractions that must lie in [low, high).
 _FRACTIONS = {"algo.unimix": (0.0, 1.0)}
+
+
+# Python field -> its name in YAML, on the command line and in config.json, for
+# keys a Python keyword names (a dataclass field cannot be called `import`).
+KEYWORD_KEYS = {"import_": "import"}
+
+
+def config_key(field_name: str) -> str:
+    return KEYWORD_KEYS.get(field_name, field_name)
 
 
 def _strip_literals(tp: Any) -> Any:
@@ -305,8 +328,23 @@ def _strip_literals(tp: Any) -> Any:
 _SCHEMAS: dict[type, type] = {}
 
 
+def _schema_dataclass(name: str, fields: list[tuple[str, Any, Any]]) -> type:
+    """``make_dataclass``, also for keys that are Python keywords (``import``).
+
+    make_dataclass refuses a keyword because the ``__init__``, ``__repr__`` and
+    ``__eq__`` it generates would not parse. OmegaConf only reads a schema's
+    fields and defaults and never builds one, so such a schema goes without them.
+    """
+    if not any(keyword.iskeyword(key) for key, _, _ in fields):
+        return dataclasses.make_dataclass(name, fields)
+    namespace: dict[str, Any] = {"__annotations__": {key: tp for key, tp, _ in fields}}
+    namespace.update({key: default for key, _, default in fields})
+    return dataclasses.dataclass(init=False, repr=False, eq=False)(type(name, (), namespace))
+
+
 def omegaconf_schema(cls: type) -> type:
-    """A dataclass mirroring ``cls`` that OmegaConf accepts (for the ConfigStore)."""
+    """A dataclass mirroring ``cls`` that OmegaConf accepts (for the ConfigStore),
+    its fields named as in YAML (:data:`KEYWORD_KEYS`)."""
     if cls in _SCHEMAS:
         return _SCHEMAS[cls]
     hints = typing.get_type_hints(cls)
@@ -318,9 +356,10 @@ def omegaconf_schema(cls: type) -> type:
             else field(default_factory=f.default_factory)
         )
         if dataclasses.is_dataclass(hints[f.name]):
-            default = field(default_factory=omegaconf_schema(hints[f.name]))
-        fields.append((f.name, _strip_literals(hints[f.name]), default))
-    schema = dataclasses.make_dataclass(cls.__name__ + "Schema", fields)
+            # The schema class itself, not an instance: OmegaConf reads its defaults.
+            default = field(default_factory=lambda nested=omegaconf_schema(hints[f.name]): nested)
+        fields.append((config_key(f.name), _strip_literals(hints[f.name]), default))
+    schema = _schema_dataclass(cls.__name__ + "Schema", fields)
     _SCHEMAS[cls] = schema
     return schema
 
@@ -375,16 +414,16 @@ def _check_value(path: str, tp: Any, value: Any) -> None:
 
 def _build(cls: type, data: dict, prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
+    field_of = {config_key(f.name): f.name for f in dataclasses.fields(cls)}  # YAML key -> field
+    unknown = sorted(set(data) - set(field_of))
     if unknown:
         raise UserError(
-            f"unknown config key {prefix}{unknown[0]}; known keys here: {', '.join(sorted(names))}"
+            f"unknown config key {prefix}{unknown[0]}; known keys here: {', '.join(sorted(field_of))}"
         )
     kwargs = {}
-    for name in names & set(data):
-        tp, value = hints[name], data[name]
-        path = prefix + name
+    for key in field_of.keys() & set(data):
+        name, value = field_of[key], data[key]
+        tp, path = hints[name], prefix + key
         if dataclasses.is_dataclass(tp):
             kwargs[name] = _build(tp, value or {}, path + ".")
         else:
@@ -417,6 +456,11 @@ def validate(cfg: Config) -> Config:
         raise UserError(
             f"algo.num_bins={cfg.algo.num_bins} must be odd and >= 3, so one bin sits at 0"
         )
+    if cfg.model is not None and cfg.algo.name != "dreamer_v3":
+        raise UserError(
+            f"model={cfg.model} is a DreamerV3 size preset, but algo.name={cfg.algo.name}: "
+            f"add algo=dreamer_v3 (or drop model= to keep {cfg.algo.name}'s own sizes)"
+        )
     if cfg.compile.mode is not None and cfg.compile.options:
         raise UserError(
             f"compile.mode={cfg.compile.mode} and compile.options are both set; torch.compile "
@@ -437,6 +481,11 @@ def validate(cfg: Config) -> Config:
         raise UserError("buffer.capacity must hold at least one sequence (batch_length steps)")
     if cfg.env.backend == "atari" and not cfg.env.from_pixels:
         raise UserError("env.backend=atari needs env.from_pixels=true (RAM states are not supported)")
+    if cfg.env.noop_max and cfg.env.backend != "atari":
+        raise UserError(
+            f"env.noop_max={cfg.env.noop_max} is for Atari (no-op starts); set env.noop_max=0 "
+            f"for env.backend={cfg.env.backend}"
+        )
     if cfg.env.render_size < cfg.env.image_size and cfg.env.from_pixels:
         raise UserError(
             f"env.render_size={cfg.env.render_size} is smaller than env.image_size="
@@ -501,5 +550,11 @@ def load_config(dict_cfg: Any, environ: Optional[typing.Mapping[str, str]] = Non
     return validate(_build(Config, dict_cfg, ""))
 
 
-def to_dict(cfg: Config) -> dict:
-    return dataclasses.asdict(cfg)
+def to_dict(cfg: Any) -> dict:
+    """A config as a plain dict keyed as in YAML (``env.import``), what
+    :func:`load_config` reads back (config.json, checkpoints, W&B)."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        out[config_key(f.name)] = to_dict(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
+    return out

@@ -12,9 +12,11 @@ Every env leaves here with the same contract, whatever its backend:
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 from typing import Callable
 
+import gymnasium
 import torch
 import torch.nn.functional as F
 from tensordict import TensorDictBase
@@ -97,8 +99,6 @@ class DownsampleUInt8(Transform):
 
 def _available(backend: str) -> list[str]:
     if backend == "gymnasium":
-        import gymnasium
-
         return sorted(k for k in gymnasium.registry if "/" not in k)
     if backend == "dm_control":
         configure_mujoco_gl()
@@ -106,7 +106,6 @@ def _available(backend: str) -> list[str]:
 
         return sorted(f"{d}-{t}" for d, t in suite.ALL_TASKS)
     import ale_py
-    import gymnasium
 
     gymnasium.register_envs(ale_py)
     return sorted(
@@ -116,9 +115,29 @@ def _available(backend: str) -> list[str]:
 
 def _unknown(env_cfg: EnvConfig) -> UserError:
     names = _available(env_cfg.backend)
+    imported = f" (env.import={env_cfg.import_} did not register it)" if env_cfg.import_ else ""
     return UserError(
-        f"unknown {env_cfg.backend} env {env_cfg.name!r}; available: {', '.join(names)}"
+        f"unknown {env_cfg.backend} env {env_cfg.name!r}{imported}; available: {', '.join(names)}"
     )
+
+
+def import_env_module(env_cfg: EnvConfig) -> None:
+    """Import ``env.import`` (a user module that calls gymnasium.register).
+
+    make_env calls this first, so every process that builds an env imports it:
+    the main process and each spawned collector worker, a fresh interpreter
+    that has not seen the main process's imports.
+    """
+    module = env_cfg.import_
+    if not module:
+        return
+    try:
+        importlib.import_module(module)
+    except ImportError as err:
+        raise UserError(
+            f"env.import={module}: cannot import it ({err}); put the module on PYTHONPATH "
+            "(or run from the directory holding it) or fix the name"
+        ) from None
 
 
 def _require(module: str, extra_hint: str) -> None:
@@ -128,10 +147,31 @@ def _require(module: str, extra_hint: str) -> None:
         raise UserError(f"{module} is not installed ({err}); {extra_hint}") from None
 
 
+class AtariNoopStart(gymnasium.Wrapper):
+    """No-op starts: after each reset, a random number of emulator frames in
+    [0, noop_max] pass with the NOOP action, so episodes (and evaluations) start
+    from varied states even without sticky actions. Raw frames through ALE
+    itself, not agent steps of ``frameskip`` frames, as the protocol counts them.
+    """
+
+    def __init__(self, env: gymnasium.Env, noop_max: int):
+        super().__init__(env)
+        self.noop_max = noop_max
+
+    def reset(self, *, seed=None, options=None):
+        from ale_py import Action
+
+        obs, info = self.env.reset(seed=seed, options=options)
+        ale = self.env.unwrapped.ale
+        for _ in range(int(self.np_random.integers(self.noop_max + 1))):  # seeded by reset(seed=)
+            ale.act(Action.NOOP)
+            if ale.game_over():  # only a huge noop_max gets here
+                return self.env.reset()
+        return ale.getScreenRGB(), info  # the frame after the no-ops
+
+
 def _base_env(env_cfg: EnvConfig, device: torch.device, pixels: bool, pixels_only: bool) -> EnvBase:
     if env_cfg.backend == "gymnasium":
-        import gymnasium
-
         if pixels:
             # Classic control renders through pygame/SDL: no display, no audio here.
             os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
@@ -170,22 +210,22 @@ def _base_env(env_cfg: EnvConfig, device: torch.device, pixels: bool, pixels_onl
         )
     _require("ale_py", "install the extra: pip install 'dreamer[atari]' (in a checkout: pip install -e '.[atari]')")
     import ale_py
-    import gymnasium
-    from torchrl.envs import GymEnv
+    from torchrl.envs import GymWrapper
 
     gymnasium.register_envs(ale_py)
     game = env_cfg.name
     env_id = f"ALE/{game}-v5"
     if env_id not in gymnasium.registry:
         raise _unknown(env_cfg)
-    return GymEnv(
+    atari = gymnasium.make(
         env_id,
         frameskip=env_cfg.action_repeat,
         repeat_action_probability=env_cfg.sticky_action_prob,
         full_action_space=False,
-        categorical_action_encoding=False,  # one-hot actions for the world model
-        device=device,
     )
+    if env_cfg.noop_max:
+        atari = AtariNoopStart(atari, env_cfg.noop_max)
+    return GymWrapper(atari, categorical_action_encoding=False, device=device)  # one-hot actions
 
 
 def make_env(
@@ -202,6 +242,7 @@ def make_env(
     ``record_pixels`` adds uint8 frames to a state-observation env (for videos);
     pixel envs always have them.
     """
+    import_env_module(env_cfg)
     device = torch.device(device)
     obs_key = observation_key(env_cfg)
     pixels = obs_key == PIXELS_KEY or record_pixels
@@ -269,6 +310,6 @@ def is_discrete(env: EnvBase) -> bool:
 
 
 __all__ = [
-    "PIXELS_KEY", "VECTOR_KEY", "observation_key", "configure_mujoco_gl", "make_env",
-    "env_factory", "check_env", "close_env", "is_discrete", "DownsampleUInt8",
+    "PIXELS_KEY", "VECTOR_KEY", "observation_key", "configure_mujoco_gl", "make_env", "import_env_module",
+    "env_factory", "check_env", "close_env", "is_discrete", "DownsampleUInt8", "AtariNoopStart",
 ]

@@ -43,7 +43,9 @@ def find_runs(paths: list[Path]) -> list[Path]:
 
 
 def _label(config: dict) -> str:
-    return f"{config.get('experiment', '?')} {config.get('env', {}).get('name', '')}".strip()
+    """Experiment, env and model size (runs of two sizes are two curves, not seeds of one)."""
+    parts = [config.get("experiment", "?"), config.get("env", {}).get("name", ""), config.get("model") or ""]
+    return " ".join(p for p in parts if p)
 
 
 def load_run(path: Path) -> Run:

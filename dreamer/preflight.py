@@ -44,6 +44,10 @@ def check_composition(overrides: list[str]) -> None:
     except (HydraException, OmegaConfBaseException) as err:
         cause = f": {_first_line(err.__cause__)}" if err.__cause__ is not None else ""
         raise UserError(f"{_first_line(err).rstrip('.')}{cause}") from None
+    except ValueError as err:  # Hydra's own for GROUP=null ("... Got NoneType")
+        groups = [o.partition("=")[0] for o in mine if o.endswith("=null") and "." not in o.partition("=")[0]]
+        hint = f"; to leave {groups[0]} unset write ~{groups[0]}, not {groups[0]}=null" if groups else ""
+        raise UserError(f"cannot compose the overrides {' '.join(mine)!r}: {_first_line(err)}{hint}") from None
 
 
 def check_run_dir_writable(overrides: list[str]) -> None:

@@ -27,7 +27,7 @@ class RunLogger:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
-        name = f"{cfg.experiment}-{cfg.env.name}-s{cfg.seed}"
+        name = "-".join(p for p in (cfg.experiment, cfg.env.name, cfg.model, f"s{cfg.seed}") if p)
         if cfg.logger.backend == "wandb":
             from torchrl.record.loggers.wandb import WandbLogger
 

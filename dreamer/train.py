@@ -226,8 +226,16 @@ class Trainer:
         record.update(self.learner.flush_metrics())  # the one host sync of this interval
         record["updates_per_s"] = (self.counters.updates - updates0) / elapsed
         record["frames_per_s"] = (self.counters.frames - frames0) / elapsed
+        record["train_ratio_achieved"] = self._train_ratio_achieved()
         self.logger.log(record)
         health.stop_if_diverged(record, self.cfg.train.stop_after_nonfinite, self.save)
+
+    def _train_ratio_achieved(self) -> float:
+        """Replayed steps per agent step so far (host counters, no device sync):
+        train.train_ratio as delivered. Below it by the share of steps collected
+        before learning starts (the random phase, a refill after resume)."""
+        b, n = self.cfg.buffer, self.counters
+        return n.updates * b.batch_size * b.batch_length / max(n.steps, 1)
 
     # -- loop -----------------------------------------------------------------
     def run(self) -> dict:
@@ -318,6 +326,7 @@ class Trainer:
             "wall_s": time.perf_counter() - start,
             "updates_per_s": (n.updates - updates0) / steady,
             "frames_per_s": (n.frames - frames0) / steady,
+            "train_ratio_achieved": self._train_ratio_achieved(),
             "eval_return_mean": last_eval.mean if last_eval else None,
             "eval_return_std": last_eval.std if last_eval else None,
             "eval_episodes": len(last_eval.returns) if last_eval else 0,

@@ -285,3 +285,65 @@ def test_bad_v3_keys_are_one_line_errors_naming_the_key(key, value, message):
         load_config({"algo": {"name": "dreamer_v3", key: value}})
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+# -- model= size presets ---------------------------------------------------------
+
+
+def test_no_size_preset_keeps_the_algo_and_experiment_sizes(compose):
+    cfg = load_config(compose(["algo=dreamer_v3"]))
+    assert cfg.model is None
+    # experiment=default's 128 / 128; conf/algo/dreamer_v3.yaml's 16 channels, 32 x 32 latent, 2 layers.
+    a = cfg.algo
+    assert (a.rssm_hidden_dim, a.hidden_dim, a.encoder_channels, a.num_classes, a.mlp_layers) == (128, 128, 16, 32, 2)
+
+
+@pytest.mark.parametrize(
+    "experiment, size, rssm_hidden_dim, num_classes",
+    [("pendulum_v3", "size12m", 2048, 16), ("atari100k", "size1m", 512, 4), ("dmc_proprio", "size50m", 4096, 32)],
+)
+def test_a_size_preset_wins_over_any_experiments_sizes(compose, experiment, size, rssm_hidden_dim, num_classes):
+    # pendulum_v3 sets its own small sizes; atari100k and dmc_proprio pick a size preset.
+    cfg = load_config(compose([f"experiment={experiment}", f"model={size}"]))
+    assert cfg.model == size and cfg.experiment == experiment
+    assert (cfg.algo.rssm_hidden_dim, cfg.algo.num_classes) == (rssm_hidden_dim, num_classes)
+
+
+def test_a_size_preset_with_dreamer_v1_is_one_line_naming_the_fix(compose):
+    with pytest.raises(UserError) as err:
+        load_config(compose(["model=size12m"]))
+    msg = str(err.value)
+    assert "model=size12m is a DreamerV3 size preset" in msg and "algo=dreamer_v3" in msg
+    assert "\n" not in msg
+
+
+# -- env.import (a Python keyword as a config key) ---------------------------------
+
+
+def test_env_import_is_set_by_its_yaml_name_and_round_trips(compose):
+    cfg = load_config(compose(["env=gym", "env.name=MyEnv-v0", "env.import=mypkg.envs"]))
+    assert cfg.env.import_ == "mypkg.envs"
+    saved = to_dict(cfg)  # config.json, checkpoints, W&B
+    assert saved["env"]["import"] == "mypkg.envs" and "import_" not in saved["env"]
+    assert load_config(saved) == cfg
+
+
+def test_env_import_typo_is_an_unknown_key_listing_import():
+    with pytest.raises(UserError) as err:
+        load_config({"env": {"imports": "mypkg.envs"}})
+    assert "env.imports" in str(err.value) and "import" in str(err.value).split("known keys here:")[1]
+
+
+# -- Atari no-op starts -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"noop_max": -1}, "env.noop_max=-1 must be >= 0"),
+        ({"backend": "gymnasium", "noop_max": 30}, "env.noop_max=30 is for Atari"),
+    ],
+)
+def test_bad_noop_max_is_one_line(env, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        load_config({"env": env})

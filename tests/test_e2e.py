@@ -145,7 +145,7 @@ BAD_INPUTS = {
     "mode with options": (["compile.mode=default"], "compile.mode=default and compile.options are both set"),
     "unknown env": (["env.name=NoSuchEnv-v9"], "unknown gymnasium env 'NoSuchEnv-v9'; available:"),
     "unknown preset": (["experiment=nope"],
-                       "Could not find 'experiment/nope'; choose experiment= one of: atari_pong, default,"),
+                       "Could not find 'experiment/nope'; choose experiment= one of: atari100k, atari_pong, default,"),
     "unknown env preset": (["env=nope"], "Could not find 'env/nope'; choose env= one of: atari, dmc,"),
     "unknown key": (["buffer.nosuch=1"], "Could not override 'buffer.nosuch': Key 'nosuch' not in"),
     "wrong type": (["buffer.batch_size=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
@@ -159,6 +159,13 @@ BAD_INPUTS = {
     "unwritable output dir": (lambda tmp: [f"hydra.run.dir={_a_file(tmp)}/run"], "cannot be written (Not a directory)"),
     "resume without checkpoint": (lambda tmp: [f"resume={tmp}"], "no checkpoint in"),
     "missing optional dependency": (["env=dmc"], "pip install 'dreamer[dmc]'", _hidden_dm_control),
+    "missing env.import module": (["env.import=no_such_pkg.envs"],
+                                  "env.import=no_such_pkg.envs: cannot import it (No module named 'no_such_pkg')"),
+    "unknown size preset": (["algo=dreamer_v3", "model=size13m"],
+                            "Could not find 'model/size13m'; choose model= one of: size100m, size12m, size1m,"),
+    "size preset with V1": (["model=size12m"],
+                            "model=size12m is a DreamerV3 size preset, but algo.name=dreamer_v1: add algo=dreamer_v3"),
+    "group set to null": (["model=null"], "to leave model unset write ~model, not model=null"),
 }
 
 

@@ -6,7 +6,9 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 
+import gymnasium
 import pytest
 import torch
 from torchrl.data import OneHot
@@ -218,3 +220,70 @@ def test_action_repeat_multiplies_env_frames(env_of):
     td = env.rollout(80)
     assert td.shape == (50,)
     assert td["next", "truncated"][-1].item()
+
+
+# -- env.import: the user's own gymnasium ids ------------------------------------
+
+
+@pytest.fixture
+def custom_env_module(tmp_path, monkeypatch):
+    """(module, env_id) of a fresh module in tmp_path registering a new id, on sys.path."""
+    tag = uuid.uuid4().hex[:8]
+    module, env_id = f"user_envs_{tag}", f"Drift{tag}-v0"
+    helpers_unit.write_custom_env_module(tmp_path, module, env_id)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return module, env_id
+
+
+def test_env_import_registers_the_users_env_before_it_is_looked_up(custom_env_module):
+    module, env_id = custom_env_module
+    assert env_id not in gymnasium.registry  # nothing registered it yet: env.import must
+    cfg = EnvConfig(backend="gymnasium", name=env_id, import_=module, action_repeat=1)
+    env = make_env(cfg, state_dim=STATE_DIM, belief_dim=BELIEF_DIM, seed=0)
+    try:
+        td = env.rollout(5)
+        assert td[VECTOR_KEY].shape == (5, 2) and td[VECTOR_KEY].dtype == torch.float32
+        assert torch.all(td["next", VECTOR_KEY][:, 1] == 1.0)  # the module's own dynamics
+        _check_common_contract(td, 5)
+    finally:
+        close_env(env)
+
+
+def test_env_import_of_a_missing_module_is_one_line_naming_module_and_key():
+    cfg = EnvConfig(backend="gymnasium", name="Whatever-v0", import_="no_such_pkg.envs")
+    with pytest.raises(UserError) as err:
+        make_env(cfg, state_dim=1, belief_dim=1)
+    msg = str(err.value)
+    assert msg.startswith("env.import=no_such_pkg.envs: cannot import it") and "PYTHONPATH" in msg
+    assert "\n" not in msg
+
+
+def test_env_import_that_does_not_register_the_name_says_so(custom_env_module):
+    module, env_id = custom_env_module
+    cfg = EnvConfig(backend="gymnasium", name="Typo" + env_id, import_=module)
+    with pytest.raises(UserError) as err:
+        make_env(cfg, state_dim=1, belief_dim=1)
+    msg = str(err.value)
+    assert f"env.import={module} did not register it" in msg
+    assert env_id in _listed(msg)  # what it did register is offered
+
+
+# -- Atari no-op starts ----------------------------------------------------------
+
+
+def _episode_start_frames(env, resets: int) -> list[int]:
+    """ALE's frame counter right after each reset: the no-op frames that passed."""
+    ale = env.base_env._env.unwrapped.ale
+    starts = []
+    for _ in range(resets):
+        env.reset()
+        starts.append(ale.getEpisodeFrameNumber())
+    return starts
+
+
+def test_atari_noop_starts_skip_a_seeded_random_number_of_frames(env_of):
+    cfg = dict(backend="atari", name="Pong", from_pixels=True, action_repeat=4, sticky_action_prob=0.0)
+    starts = _episode_start_frames(env_of(**cfg, noop_max=30), 12)
+    assert all(0 <= n <= 30 for n in starts) and len(set(starts)) > 3, starts
+    assert _episode_start_frames(env_of(**cfg, noop_max=30), 12) == starts  # same seed, same starts
+    assert _episode_start_frames(env_of(**cfg, noop_max=0), 3) == [0, 0, 0]

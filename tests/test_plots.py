@@ -15,9 +15,10 @@ from dreamer.plots import find_runs, load_run, mean_std
 from helpers_unit import REPO_ROOT
 
 
-def fake_run(path, seed, returns, frames=(100, 200, 300)):
+def fake_run(path, seed, returns, frames=(100, 200, 300), model=None):
     path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps({"experiment": "smoke", "seed": seed, "env": {"name": "Pendulum-v1"}}))
+    config = {"experiment": "smoke", "seed": seed, "env": {"name": "Pendulum-v1"}, "model": model}
+    (path / "config.json").write_text(json.dumps(config))
     lines = []
     for f, r in zip(frames, returns):
         lines.append({"frames": f, "updates": f // 10, "updates_per_s": 10.0 + seed})
@@ -46,6 +47,15 @@ def test_a_sweep_directory_expands_to_its_runs(tmp_path):
     runs = find_runs([tmp_path / "sweep"])
     assert [p.name for p in runs] == ["0", "1", "2"]
     assert load_run(runs[1]).eval_returns.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_runs_of_two_model_sizes_are_two_curves_and_seeds_of_one_size_one(tmp_path):
+    small = [load_run(fake_run(tmp_path / f"s{seed}", seed, [0, 0, 0], model="size1m")) for seed in (0, 1)]
+    large = load_run(fake_run(tmp_path / "l0", 0, [0, 0, 0], model="size12m"))
+    plain = load_run(fake_run(tmp_path / "p0", 0, [0, 0, 0]))
+    assert small[0].label == small[1].label == "smoke Pendulum-v1 size1m"
+    assert large.label == "smoke Pendulum-v1 size12m"
+    assert plain.label == "smoke Pendulum-v1"  # no size preset: the label runs had before
 
 
 def test_a_directory_without_runs_is_a_user_error(tmp_path):
