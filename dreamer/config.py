@@ -94,6 +94,9 @@ class AlgoConfig:
     rep_loss_scale: float = 0.1
     # Reward and value heads: two-hot over this many symexp-spaced bins.
     num_bins: int = 255
+    # The RSSM's recurrent core as gru_blocks block-diagonal GRUs (the paper's 8:
+    # rssm_hidden_dim / 8 units each, an eighth of a full GRU's weights); 1 = one plain GRU.
+    gru_blocks: int = 8
     # Hidden layers of every V3 MLP (encoder, decoder, heads, actor, value).
     mlp_layers: int = 2
     # Actor entropy bonus and return normalisation (5th-95th percentile range,
@@ -284,7 +287,7 @@ _POSITIVE = [
     "algo.state_dim", "algo.rssm_hidden_dim", "algo.hidden_dim",
     "algo.encoder_channels", "algo.world_model_lr", "algo.actor_lr", "algo.value_lr",
     "algo.grad_clip", "algo.imagination_horizon", "algo.reward_scale",
-    "algo.num_categoricals", "algo.num_classes", "algo.num_bins", "algo.mlp_layers",
+    "algo.num_categoricals", "algo.num_classes", "algo.num_bins", "algo.mlp_layers", "algo.gru_blocks",
     "algo.return_norm_min_scale",
     "collector.frames_per_batch", "collector.weight_sync_every",
     "buffer.capacity", "buffer.batch_size", "buffer.batch_length",
@@ -452,6 +455,11 @@ def validate(cfg: Config) -> Config:
     for path in _EMA_RATES:
         if not 0.0 < get_path(cfg, path) <= 1.0:
             raise UserError(f"{path}={get_path(cfg, path)} is an EMA rate: it must be in (0, 1]")
+    if cfg.algo.name == "dreamer_v3" and cfg.algo.rssm_hidden_dim % cfg.algo.gru_blocks:
+        raise UserError(
+            f"algo.rssm_hidden_dim={cfg.algo.rssm_hidden_dim} does not split into "
+            f"algo.gru_blocks={cfg.algo.gru_blocks} equal blocks: pick a divisor (1 = one plain GRU)"
+        )
     if cfg.algo.num_bins < 2 or cfg.algo.num_bins % 2 == 0:
         raise UserError(
             f"algo.num_bins={cfg.algo.num_bins} must be odd and >= 3, so one bin sits at 0"

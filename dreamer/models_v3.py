@@ -210,6 +210,7 @@ def build_models_v3(cfg: Config, env: EnvBase, device: torch.device) -> DreamerV
         action_shape=torch.Size([action_dim]), action_dim=action_dim, hidden_dim=a.hidden_dim,
         rnn_hidden_dim=a.rssm_hidden_dim, num_categoricals=a.num_categoricals,
         num_classes=a.num_classes, unimix=a.unimix, device=device,
+        recurrent_model="block_gru" if a.gru_blocks > 1 else "gru", num_blocks=a.gru_blocks,
     )
     modules["posterior"] = RSSMPosteriorV3(
         hidden_dim=a.hidden_dim, num_categoricals=a.num_categoricals, num_classes=a.num_classes,

@@ -277,6 +277,7 @@ def test_pendulum_v3_preset_is_v3_on_pendulum_states(compose):
         ("return_norm_rate", 0.0, "algo.return_norm_rate=0.0"),
         ("num_bins", 254, "algo.num_bins=254 must be odd"),
         ("actor_grad", "backprop", "choose one of: auto, dynamics, reinforce"),
+        ("gru_blocks", 3, "algo.rssm_hidden_dim=200 does not split into algo.gru_blocks=3"),
         ("replay_value_scale", -0.3, "algo.replay_value_scale=-0.3 must be >= 0"),
     ],
 )

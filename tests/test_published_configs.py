@@ -102,11 +102,6 @@ def pixel_env():
     close_env(env)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dreamer/models_v3.py builds RSSMPriorV3 with a plain GRU; the published RSSM has 8 "
-    "block-diagonal GRU blocks (rssm.blocks: 8), so each size has about 1.8x its parameters",
-)
 @pytest.mark.parametrize("size", sorted(SIZES, key=lambda s: int(s[4:-1])))
 def test_size_preset_has_about_its_published_parameter_count(compose, pixel_env, size):
     cfg = compose(["algo=dreamer_v3", f"model={size}", "env=pendulum_pixels"])
