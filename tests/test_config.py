@@ -255,8 +255,8 @@ def test_algo_dreamer_v3_selects_v3_with_paper_defaults(compose):
     assert load_config(compose([])).algo.latent_state_dim == Config().algo.state_dim
 
 
-def test_pendulum_v3_preset_is_v3_on_pendulum_states(compose):
-    cfg = load_config(compose(["experiment=pendulum_v3"]))
+def test_pendulum_preset_is_v3_on_pendulum_states(compose):
+    cfg = load_config(compose(["experiment=pendulum"]))
     assert cfg.algo.name == "dreamer_v3"
     assert cfg.env.name == "Pendulum-v1" and not cfg.env.from_pixels
 
@@ -301,10 +301,10 @@ def test_no_size_preset_keeps_the_algo_and_experiment_sizes(compose):
 
 @pytest.mark.parametrize(
     "experiment, size, rssm_hidden_dim, num_classes",
-    [("pendulum_v3", "size12m", 2048, 16), ("atari100k", "size1m", 512, 4), ("dmc_proprio", "size50m", 4096, 32)],
+    [("pendulum", "size12m", 2048, 16), ("atari100k", "size1m", 512, 4), ("dmc_proprio", "size50m", 4096, 32)],
 )
 def test_a_size_preset_wins_over_any_experiments_sizes(compose, experiment, size, rssm_hidden_dim, num_classes):
-    # pendulum_v3 sets its own small sizes; atari100k and dmc_proprio pick a size preset.
+    # pendulum sets its own small sizes; atari100k and dmc_proprio pick a size preset.
     cfg = load_config(compose([f"experiment={experiment}", f"model={size}"]))
     assert cfg.model == size and cfg.experiment == experiment
     assert (cfg.algo.rssm_hidden_dim, cfg.algo.num_classes) == (rssm_hidden_dim, num_classes)

@@ -1,0 +1,117 @@
+"""Seconds per learner update for any preset and overrides: what sizes and batch shapes cost.
+
+    python scripts/benchmark_update.py experiment=pendulum
+    python scripts/benchmark_update.py experiment=pendulum buffer.batch_length=32 --threads 1 2
+    python scripts/benchmark_update.py experiment=pendulum --compile --json out.json
+
+Builds the preset's models and learner (V1 or V3) on the CPU, fills its replay
+buffer with one real rollout of the acting policy (as the collector would), then
+times ``learner.update(replay.sample())``: --reps updates after --warmup
+untimed ones, for each thread count; prints the median seconds per update,
+updates/s and the median process CPU seconds (robust on a shared box). With
+--compile the same config is also timed with its actor/value losses compiled
+(compile.enabled=true), after reporting the compile warm-up time. Keys in --json:
+per thread count, ``eager_s`` / ``compiled_s`` (median s/update),
+``compile_warmup_s`` and ``compiled_vs_eager`` (eager_s / compiled_s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from dreamer.config import load_config, register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        return load_config(hydra_compose("config", overrides=overrides))
+
+
+def build(cfg):
+    """Learner and a filled replay buffer (prefetch off: nothing runs beside the timing)."""
+    from dreamer.envs import close_env, make_env
+    from dreamer.replay import make_replay_buffer, write
+    from dreamer.train import ALGORITHMS
+
+    cfg.buffer.prefetch = 0
+    a, cpu = cfg.algo, torch.device("cpu")
+    env = make_env(cfg.env, state_dim=a.latent_state_dim, belief_dim=a.rssm_hidden_dim, seed=cfg.seed)
+    build_models, learner_cls = ALGORITHMS[a.name]
+    models = build_models(cfg, env, cpu)
+    learner = learner_cls(cfg, models, cpu)
+    replay = make_replay_buffer(cfg, cpu)
+    steps = max(4 * cfg.buffer.batch_size * cfg.buffer.batch_length, 1000)
+    with torch.no_grad():
+        rollout = env.rollout(steps, models.policy(explore=True), break_when_any_done=False)
+    rollout["collector", "traj_ids"] = torch.zeros(rollout.shape[0], dtype=torch.long)
+    write(replay, rollout, models.obs_key)
+    close_env(env)
+    return learner, replay
+
+
+def time_updates(learner, replay, warmup: int, reps: int) -> tuple[float, float]:
+    """(median wall s/update, median CPU s/update) over ``reps`` timed updates."""
+    for _ in range(warmup):
+        learner.update(replay.sample())
+    walls, cpus = [], []
+    for _ in range(reps):
+        sample = replay.sample()
+        wall, cpu = time.perf_counter(), time.process_time()
+        learner.update(sample)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=pendulum")
+    parser.add_argument("--threads", type=int, nargs="+", default=[torch.get_num_threads()])
+    parser.add_argument("--warmup", type=int, default=3, help="untimed updates first (default 3)")
+    parser.add_argument("--reps", type=int, default=10, help="timed updates (default 10)")
+    parser.add_argument("--compile", action="store_true", help="also time compiled actor/value losses")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    args = parser.parse_args(argv)
+
+    results: dict = {"overrides": args.overrides, "threads": {}}
+    print(f"{'threads':>7} {'mode':>9} {'s/update':>9} {'updates/s':>10} {'cpu s/update':>13}")
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        row: dict = {}
+        modes = ["eager"] + (["compiled"] if args.compile else [])
+        for mode in modes:
+            cfg = compose([*args.overrides, f"compile.enabled={mode == 'compiled'}"])
+            torch.manual_seed(cfg.seed)
+            learner, replay = build(cfg)
+            if mode == "compiled":
+                learner.compile()
+                row["compile_warmup_s"] = learner.warmup(replay.sample())
+                print(f"{threads:>7} {'warm-up':>9} {row['compile_warmup_s']:9.1f} s")
+            wall, cpu = time_updates(learner, replay, args.warmup, args.reps)
+            row[f"{mode}_s"], row[f"{mode}_cpu_s"] = wall, cpu
+            print(f"{threads:>7} {mode:>9} {wall:9.3f} {1 / wall:10.2f} {cpu:13.3f}", flush=True)
+        if args.compile:
+            row["compiled_vs_eager"] = row["eager_s"] / row["compiled_s"]
+            print(f"{threads:>7} compiled vs eager: {row['compiled_vs_eager']:.2f}x")
+        results["threads"][str(threads)] = row
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
