@@ -1,13 +1,7 @@
-"""Dreamer V1 learner: TorchRL's three losses, three optimisers, a sync-free update.
-
-``update(batch)`` never talks to the host: losses and gradient norms are
-stacked into one device tensor and summed in :class:`MetricsAccumulator`;
-``flush_metrics()`` does the single host transfer, once per log interval.
-"""
+"""Dreamer V1 learner: TorchRL's three losses, three fused-Adam optimisers, a
+sync-free update (the contract and shared parts: dreamer/learner_base.py)."""
 
 from __future__ import annotations
-
-import contextlib
 
 import torch
 from tensordict import TensorDictBase
@@ -15,10 +9,9 @@ from torch.nn.utils import clip_grad_norm_
 from torch.profiler import record_function
 from torchrl.objectives import DreamerActorLoss, DreamerModelLoss, DreamerValueLoss
 
-from dreamer.compile import maybe_compile, timed_warmup
 from dreamer.config import Config
 from dreamer.envs import PIXELS_KEY
-from dreamer.health import NonFiniteGuard
+from dreamer.learner_base import BaseLearner
 from dreamer.models import DreamerV1Models
 from dreamer.transforms import VectorAsImage
 
@@ -35,38 +28,15 @@ METRIC_NAMES = (
 WORLD_MODEL_PARTS = ("encoder", "decoder", "prior", "posterior", "reward")
 
 
-class MetricsAccumulator:
-    """Running sums of a fixed vector of metrics, kept on the device."""
-
-    def __init__(self, names: tuple[str, ...], device: torch.device):
-        self.names = names
-        self.total = torch.zeros(len(names), device=device)
-        self.count = 0
-
-    def add(self, values: torch.Tensor) -> None:
-        self.total.add_(values.detach().float())
-        self.count += 1
-
-    def flush(self, extra: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
-        """Means since the last flush, plus ``extra`` device scalars in the same
-        transfer: the one host sync per log interval."""
-        if self.count == 0:
-            return {}
-        extra = extra or {}
-        values = torch.cat([self.total / self.count, *(v.reshape(1).float() for v in extra.values())])
-        host = values.tolist()
-        self.total.zero_()
-        self.count = 0
-        return dict(zip(self.names + tuple(extra), host))
-
-
 def _adam(params, lr: float, eps: float) -> torch.optim.Adam:
     # Fused kernels (CUDA and CPU): only they take a device-side found_inf flag
     # that skips a non-finite step without a host sync (see dreamer.health).
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
 
 
-class DreamerV1Learner:
+class DreamerV1Learner(BaseLearner):
+    METRIC_NAMES = METRIC_NAMES
+
     def __init__(
         self,
         cfg: Config,
@@ -74,14 +44,8 @@ class DreamerV1Learner:
         device: torch.device,
         autocast_dtype: torch.dtype | None = None,
     ):
+        super().__init__(cfg, models, device, autocast_dtype)
         a = cfg.algo
-        self.cfg = cfg
-        self.models = models
-        self.device = device
-        self.autocast_dtype = autocast_dtype
-        self.batch_size = cfg.buffer.batch_size
-        self.batch_length = cfg.buffer.batch_length
-        self.obs_key = models.obs_key
         self.grad_clip = a.grad_clip
 
         self.world_model_loss = DreamerModelLoss(
@@ -114,65 +78,26 @@ class DreamerV1Learner:
             "actor": _adam(self.actor_params, a.actor_lr, a.adam_eps),
             "value": _adam(self.value_params, a.value_lr, a.adam_eps),
         }
-        self.metrics = MetricsAccumulator(METRIC_NAMES, device)
-        # Data-parallel learners average each phase's gradients across ranks
-        # here (dreamer.distributed.GradientAverager); None on one process.
-        self.grad_sync = None
-        self.nonfinite = NonFiniteGuard(device)
         self._vector_as_image = VectorAsImage()
 
     # -- data -----------------------------------------------------------------
-    def prepare(self, batch: TensorDictBase) -> TensorDictBase:
-        """Sampled uint8 steps (B*T) on this device -> the world model's input (B, T)."""
-        with record_function("## train/transform ##"):
-            batch = batch.reshape(self.batch_size, self.batch_length)
-            obs = batch.get(("next", self.obs_key))
-            if self.obs_key == PIXELS_KEY:
-                # (B, T, 64, 64, 3) uint8 -> (B, T, C, 64, 64) float in [-0.5, 0.5]
-                obs = self.models.modules["preprocess"](obs)
-            else:
-                obs = self._vector_as_image(obs)  # (B, T, D) -> (B, T, 1, 1, D)
-            batch.set(("next", self.obs_key), obs)
-            if self.cfg.algo.reward_scale != 1.0:
-                batch.set(("next", "reward"), batch.get(("next", "reward")) * self.cfg.algo.reward_scale)
-            # Each sequence starts from a zero latent, as in Dreamer.
-            a = self.cfg.algo
-            batch.set("state", torch.zeros(*batch.shape, a.state_dim, device=self.device))
-            batch.set("belief", torch.zeros(*batch.shape, a.rssm_hidden_dim, device=self.device))
+    def _prepare_inputs(self, batch: TensorDictBase) -> TensorDictBase:
+        obs = batch.get(("next", self.obs_key))
+        if self.obs_key == PIXELS_KEY:
+            # (B, T, 64, 64, 3) uint8 -> (B, T, C, 64, 64) float in [-0.5, 0.5]
+            obs = self.models.modules["preprocess"](obs)
+        else:
+            obs = self._vector_as_image(obs)  # (B, T, D) -> (B, T, 1, 1, D)
+        batch.set(("next", self.obs_key), obs)
         return batch
 
-    # -- compile --------------------------------------------------------------
-    def compile(self) -> None:
-        cc = self.cfg.compile
-        self._actor_loss_fn = maybe_compile(self.actor_loss, cc)
-        self._value_loss_fn = maybe_compile(self.value_loss, cc)
-
-    def warmup(self, batch: TensorDictBase) -> float:
-        """Compile and exercise the (compiled) losses, forward and backward, on a
-        real batch before the first update; no optimiser step. Returns seconds."""
-        if not self.cfg.compile.enabled:
-            return 0.0
-        prepared = self.prepare(batch.clone())
-        with torch.no_grad(), self._autocast():
-            _, latent = self.world_model_loss(prepared)
-
-        def step():
-            actor_td, imagined = self._actor_loss_fn(latent.reshape(-1))
-            actor_td["loss_actor"].backward()
-            value_td, _ = self._value_loss_fn(imagined)
-            value_td["loss_value"].backward()
-
-        seconds = timed_warmup(step, self.cfg.compile.warmup_iters)
-        for opt in self.optimizers.values():
-            opt.zero_grad(set_to_none=True)
-        return seconds
+    def _warmup_step(self, prepared: TensorDictBase, latent: TensorDictBase) -> None:
+        actor_td, imagined = self._actor_loss_fn(latent.reshape(-1))
+        actor_td["loss_actor"].backward()
+        value_td, _ = self._value_loss_fn(imagined)
+        value_td["loss_value"].backward()
 
     # -- update ---------------------------------------------------------------
-    def _autocast(self):
-        if self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
-
     def _step(self, name: str, loss: torch.Tensor, params: list) -> tuple[torch.Tensor, torch.Tensor]:
         """Backward, gradient sync, clip, step; a non-finite gradient norm skips the
         step on the device. Returns (grad norm, found_inf 0./1.). One range name for
@@ -215,20 +140,3 @@ class DreamerV1Learner:
             )
         )
         self.nonfinite.observe(torch.stack([wm_inf, actor_inf, value_inf]))
-
-    def flush_metrics(self) -> dict[str, float]:
-        metrics = self.metrics.flush(self.nonfinite.counts())
-        self.nonfinite.reset()
-        return metrics
-
-    # -- checkpoint -----------------------------------------------------------
-    def state_dict(self) -> dict:
-        return {
-            "modules": self.models.modules.state_dict(),
-            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        self.models.modules.load_state_dict(state["modules"])
-        for k, o in self.optimizers.items():
-            o.load_state_dict(state["optimizers"][k])

@@ -1,15 +1,7 @@
-"""Dreamer V3 learner: TorchRL's V3 losses and LaProp/AGC optimiser, a sync-free update.
-
-Same contract as the V1 learner (dreamer/learner.py): ``prepare``,
-``compile``, ``warmup``, ``update``, ``flush_metrics``, ``state_dict``. The
-world model loss runs eager; the actor and value losses go through
-``maybe_compile``. ``update(batch)`` never talks to the host: metrics are
-stacked into one device tensor and summed in :class:`MetricsAccumulator`.
-"""
+"""Dreamer V3 learner: TorchRL's V3 losses and LaProp/AGC optimiser, a sync-free
+update (the contract and shared parts: dreamer/learner_base.py)."""
 
 from __future__ import annotations
-
-import contextlib
 
 import torch
 from tensordict import TensorDictBase
@@ -19,12 +11,11 @@ from torchrl.objectives import DreamerV3ActorLoss, DreamerV3ModelLoss, ValueEsti
 from torchrl.objectives.utils import SoftUpdate
 from torchrl.trainers.algorithms import DreamerV3Optimizer
 
-from dreamer.compile import maybe_compile, timed_warmup
+from dreamer.compile import maybe_compile
 from dreamer.config import Config
 from dreamer.envs import PIXELS_KEY
 from dreamer.errors import UserError
-from dreamer.health import NonFiniteGuard
-from dreamer.learner import MetricsAccumulator
+from dreamer.learner_base import BaseLearner
 from dreamer.models_v3 import DreamerV3Models
 from torchrl_ext import SyncFreeDreamerV3ValueLoss
 
@@ -74,7 +65,9 @@ def _use_reinforce(actor_grad: str, discrete: bool) -> bool:
     return actor_grad == "reinforce" or discrete
 
 
-class DreamerV3Learner:
+class DreamerV3Learner(BaseLearner):
+    METRIC_NAMES = METRIC_NAMES
+
     def __init__(
         self,
         cfg: Config,
@@ -82,15 +75,8 @@ class DreamerV3Learner:
         device: torch.device,
         autocast_dtype: torch.dtype | None = None,
     ):
+        super().__init__(cfg, models, device, autocast_dtype)
         a = cfg.algo
-        self.cfg = cfg
-        self.models = models
-        self.device = device
-        self.autocast_dtype = autocast_dtype
-        self.batch_size = cfg.buffer.batch_size
-        self.batch_length = cfg.buffer.batch_length
-        self.obs_key = models.obs_key
-
         self.world_model_loss = DreamerV3ModelLoss(
             models.world_model,
             kl_mode="separate",  # the paper's dynamics and representation terms
@@ -140,28 +126,15 @@ class DreamerV3Learner:
             )
             for name, params in self.params.items()
         }
-        self.metrics = MetricsAccumulator(METRIC_NAMES, device)
-        self.nonfinite = NonFiniteGuard(device)
-        # Data-parallel learners average gradients here (see dreamer.distributed).
-        self.grad_sync = None
 
     # -- data -----------------------------------------------------------------
-    def prepare(self, batch: TensorDictBase) -> TensorDictBase:
-        """Sampled uint8 steps (B*T) on this device -> the world model's input (B, T)."""
-        with record_function("## train/transform ##"):
-            batch = batch.reshape(self.batch_size, self.batch_length)
-            if self.obs_key == PIXELS_KEY:
-                # (B, T, 64, 64, 3) uint8 -> (B, T, C, 64, 64) float in [0, 1]
-                obs = self.models.modules["preprocess"](batch.get(("next", self.obs_key)))
-                batch.set(("next", self.obs_key), obs)
-            # Replay holds env actions; the world model learns on the actor's [-1, 1].
-            batch.set("action", self.models.to_unit_actions(batch.get("action").float()))
-            a = self.cfg.algo
-            if a.reward_scale != 1.0:
-                batch.set(("next", "reward"), batch.get(("next", "reward")) * a.reward_scale)
-            # Each sequence starts from a zero latent.
-            batch.set("state", torch.zeros(*batch.shape, a.latent_state_dim, device=self.device))
-            batch.set("belief", torch.zeros(*batch.shape, a.rssm_hidden_dim, device=self.device))
+    def _prepare_inputs(self, batch: TensorDictBase) -> TensorDictBase:
+        if self.obs_key == PIXELS_KEY:
+            # (B, T, 64, 64, 3) uint8 -> (B, T, C, 64, 64) float in [0, 1]
+            obs = self.models.modules["preprocess"](batch.get(("next", self.obs_key)))
+            batch.set(("next", self.obs_key), obs)
+        # Replay holds env actions; the world model learns on the actor's [-1, 1].
+        batch.set("action", self.models.to_unit_actions(batch.get("action").float()))
         return batch
 
     @staticmethod
@@ -171,57 +144,41 @@ class DreamerV3Learner:
 
     # -- compile --------------------------------------------------------------
     def compile(self) -> None:
-        cc = self.cfg.compile
-        self._actor_loss_fn = maybe_compile(self.actor_loss, cc)
-        self._value_loss_fn = maybe_compile(self.value_loss, cc)
-        self._replay_value_fn = maybe_compile(self.value_loss.replay_value_loss, cc)
+        super().compile()
+        self._replay_value_fn = maybe_compile(self.value_loss.replay_value_loss, self.cfg.compile)
 
     def warmup(self, batch: TensorDictBase) -> float:
-        """Compile and exercise the (compiled) losses, forward and backward, on a
-        real batch before the first update; no optimiser step. Returns seconds."""
-        if not self.cfg.compile.enabled:
-            return 0.0
-        prepared = self.prepare(batch.clone())
-        with torch.no_grad(), self._autocast():
-            _, latent = self.world_model_loss(prepared)
-        starts = self._start_states(latent)
-
-        def step():
-            actor_td, imagined = self._actor_loss_fn(starts)
-            actor_td["loss_actor"].backward()
-            self._critic_loss(prepared, latent, imagined)[0].backward()
-
         # The warm-up must not move the return-normalisation statistics.
         retnorm = {k: v.clone() for k, v in self.actor_loss.retnorm.state_dict().items()}
-        seconds = timed_warmup(step, self.cfg.compile.warmup_iters)
+        seconds = super().warmup(batch)
         self.actor_loss.retnorm.load_state_dict(retnorm)
-        for opt in self.optimizers.values():
-            opt.zero_grad(set_to_none=True)
         return seconds
 
-    # -- update ---------------------------------------------------------------
-    def _autocast(self):
-        if self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+    def _warmup_step(self, prepared: TensorDictBase, latent: TensorDictBase) -> None:
+        actor_td, imagined = self._actor_loss_fn(self._start_states(latent))
+        actor_td["loss_actor"].backward()
+        self._critic_loss(prepared, latent, imagined)[0].backward()
 
+    # -- update ---------------------------------------------------------------
     def _step(self, name: str, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Backward and step; a non-finite gradient norm undoes the step on the device.
-        Returns (grad norm, found_inf 0./1.)."""
-        opt, params = self.optimizers[name], self.params[name]
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.grad_sync is not None:
-            self.grad_sync(params)
-        grad_norm = _grad_norm(params)
-        found_inf = (~torch.isfinite(grad_norm)).float()
-        tensors = _optimizer_tensors(params, opt)
-        before = list(torch._foreach_mul(tensors, 1.0))  # copies, one kernel per group
-        opt.step()
-        after = _optimizer_tensors(params, opt)
-        # State the first step created had no "before": a skipped first step leaves it at zero.
-        created = after[len(before):]
-        _undo_where(found_inf, after[: len(before)] + created, before + [torch.zeros_like(t) for t in created])
+        Returns (grad norm, found_inf 0./1.). One range name for all three phases,
+        so a trace sums the optimisation work (as V1's)."""
+        with record_function("## train/optim ##"):
+            opt, params = self.optimizers[name], self.params[name]
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.grad_sync is not None:
+                self.grad_sync(params)
+            grad_norm = _grad_norm(params)
+            found_inf = (~torch.isfinite(grad_norm)).float()
+            tensors = _optimizer_tensors(params, opt)
+            before = list(torch._foreach_mul(tensors, 1.0))  # copies, one kernel per group
+            opt.step()
+            after = _optimizer_tensors(params, opt)
+            # State the first step created had no "before": a skipped first step leaves it at zero.
+            created = after[len(before):]
+            _undo_where(found_inf, after[: len(before)] + created, before + [torch.zeros_like(t) for t in created])
         return grad_norm, found_inf
 
     def _replay_value_loss(self, batch: TensorDictBase, latent: TensorDictBase,
@@ -257,8 +214,7 @@ class DreamerV3Learner:
             with self._autocast():
                 wm_td, latent = self.world_model_loss(batch)
             wm_losses = [wm_td[k].squeeze() for k in WORLD_MODEL_LOSSES]
-        with record_function("## train/optim ##"):
-            wm_grad, wm_inf = self._step("world_model", sum(wm_losses))
+        wm_grad, wm_inf = self._step("world_model", sum(wm_losses))
         with record_function("## train/actor ##"):
             with self._autocast():
                 actor_td, imagined = self._actor_loss_fn(self._start_states(latent))
@@ -280,24 +236,11 @@ class DreamerV3Learner:
             )
         )
 
-    def flush_metrics(self) -> dict[str, float]:
-        metrics = self.metrics.flush(self.nonfinite.counts())
-        self.nonfinite.reset()
-        return metrics
-
     # -- checkpoint -----------------------------------------------------------
-    def state_dict(self) -> dict:
-        return {
-            "modules": self.models.modules.state_dict(),
-            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
-            # Return-normalisation percentiles and the slow critic's weights.
-            "return_norm": self.actor_loss.retnorm.state_dict(),
-            "value_loss": self.value_loss.state_dict(),
-        }
+    def _extra_state(self) -> dict:
+        # Return-normalisation percentiles and the slow critic's weights.
+        return {"return_norm": self.actor_loss.retnorm.state_dict(), "value_loss": self.value_loss.state_dict()}
 
-    def load_state_dict(self, state: dict) -> None:
-        self.models.modules.load_state_dict(state["modules"])
-        for k, o in self.optimizers.items():
-            o.load_state_dict(state["optimizers"][k])
+    def _load_extra_state(self, state: dict) -> None:
         self.actor_loss.retnorm.load_state_dict(state["return_norm"])
         self.value_loss.load_state_dict(state["value_loss"])

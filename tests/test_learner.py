@@ -13,7 +13,8 @@ from tensordict import TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from dreamer.envs import make_env
-from dreamer.learner import METRIC_NAMES, DreamerV1Learner, MetricsAccumulator
+from dreamer.learner import METRIC_NAMES, DreamerV1Learner
+from dreamer.learner_base import MetricsAccumulator
 from dreamer.models import build_models
 from dreamer.replay import stored_keys
 from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
