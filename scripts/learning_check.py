@@ -39,6 +39,7 @@ class SeedResult:
     best_return: float | None  # best eval mean inside the budget
     best_at_minutes: float | None
     best_at_frames: int | None
+    reached_at_minutes: float | None  # the first evaluation at or above the threshold
     final_return: float | None  # the run's last evaluation (may finish past the budget)
     evaluations: int
     wall_minutes: float | None  # the whole process, measured from outside (None: --check)
@@ -54,11 +55,13 @@ def judge(run_dir: Path, minutes: float, threshold: float, wall_minutes: float |
         raise SystemExit(f"error: {run_dir}: its eval records have no wall_s (an older run); rerun it")
     inside = [r for r in evals if r["wall_s"] <= 60.0 * minutes]
     best = max(inside, key=lambda r: r["eval_return_mean"], default=None)
+    reached = next((r for r in inside if r["eval_return_mean"] >= threshold), None)
     return SeedResult(
         run_dir=str(run_dir),
         best_return=best["eval_return_mean"] if best else None,
         best_at_minutes=best["wall_s"] / 60.0 if best else None,
         best_at_frames=best["frames"] if best else None,
+        reached_at_minutes=reached["wall_s"] / 60.0 if reached else None,
         final_return=evals[-1]["eval_return_mean"] if evals else None,
         evaluations=len(evals),
         wall_minutes=wall_minutes,
@@ -85,14 +88,17 @@ def train(experiment: str, seed: int, minutes: float, episodes: int, run_dir: Pa
 
 
 def _fmt(value, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+    width = spec.split(".")[0].rstrip("df")
+    return format("-", ">" + width) if value is None else format(value, spec)
 
 
 def report(results: list[SeedResult], threshold: float, minutes: float) -> None:
     print(f"\nthreshold {threshold:g} within {minutes:g} min (best eval inside the budget)")
-    print(f"{'run':<40} {'best':>9} {'at min':>7} {'at frames':>10} {'final':>9} {'evals':>6} {'wall min':>9}  pass")
+    print(f"{'run':<40} {'reached at min':>14} {'best':>9} {'at min':>7} {'at frames':>10} {'final':>9} "
+          f"{'evals':>6} {'wall min':>9}  pass")
     for r in results:
-        print(f"{Path(r.run_dir).name:<40} {_fmt(r.best_return, '9.1f')} {_fmt(r.best_at_minutes, '7.1f')} "
+        print(f"{Path(r.run_dir).name:<40} {_fmt(r.reached_at_minutes, '14.1f')} "
+              f"{_fmt(r.best_return, '9.1f')} {_fmt(r.best_at_minutes, '7.1f')} "
               f"{_fmt(r.best_at_frames, '10d')} {_fmt(r.final_return, '9.1f')} {r.evaluations:>6} "
               f"{_fmt(r.wall_minutes, '9.1f')}  {'yes' if r.passed else 'NO'}")
 
