@@ -32,7 +32,6 @@ from torchrl.modules import (
     AdditiveGaussianModule,
     DreamerActor,
     EGreedyModule,
-    ObsDecoder,
     ObsEncoder,
     OneHotCategorical,
     RSSMPosterior,
@@ -45,7 +44,7 @@ from torchrl.modules.distributions import ReparamGradientStrategy
 from dreamer.config import Config
 from dreamer.envs import PIXELS_KEY, is_discrete, observation_key
 from dreamer.transforms import PixelPreprocess
-from torchrl_ext import FixedBoundsTanhNormal, NonTerminatingDreamerEnv
+from torchrl_ext import FixedBoundsTanhNormal, MatmulObsDecoder, NonTerminatingDreamerEnv
 
 ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "silu": nn.SiLU, "tanh": nn.Tanh}
 
@@ -127,7 +126,7 @@ def build_models(cfg: Config, env: EnvBase, device: torch.device) -> DreamerV1Mo
         with torch.no_grad():
             probe = torch.zeros(1, pre.out_channels, cfg.env.image_size, cfg.env.image_size, device=device)
             embed_dim = modules["encoder"](probe).shape[-1]
-        modules["decoder"] = ObsDecoder(
+        modules["decoder"] = MatmulObsDecoder(
             channels=a.encoder_channels, latent_dim=latent, out_channels=pre.out_channels, device=device
         )
         if cfg.channels_last:

@@ -12,7 +12,9 @@ then alternates their update steps:
   ``clip_grad_norm_`` calls as its train loop: sample float32 sequences, world
   model, actor, value;
 - ours: ``DreamerV1Learner.update(replay.sample())`` -- uint8 sequences,
-  preprocessed on the device, the same three TorchRL losses.
+  preprocessed on the device, the same three TorchRL losses, NHWC convs and
+  ``torchrl_ext.MatmulObsDecoder`` (TorchRL's decoder, first layer as a matmul);
+  ``--with-nchw`` and ``--with-deconv-decoder`` add ours without each of those.
 
 ``speedup_vs_recipe`` is the median over repetitions of recipe_time / our_time,
 each pair timed back to back. ``compiled_vs_eager`` times our actor+value
@@ -26,6 +28,7 @@ thread runs during the other's timing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -37,12 +40,15 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 from torchrl.envs.transforms import ObservationTransform, Resize
+from torchrl.modules import ObsDecoder
 
 from dreamer.config import Config, validate
 from dreamer.envs import close_env, configure_mujoco_gl, make_env
 from dreamer.learner import DreamerV1Learner
+import dreamer.models as dreamer_models
 from dreamer.models import build_models
 from dreamer.replay import make_replay_buffer, write
+from torchrl_ext import MatmulObsDecoder
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE_CONFIG = REPO.parent / "shared" / "reference" / "torchrl-dreamer-v1-config.yaml"
@@ -92,10 +98,23 @@ def _flags(steps: int) -> dict:
 
 
 # -- ours -------------------------------------------------------------------------
+@contextlib.contextmanager
+def _decoder_class(cls):
+    """build_models with another pixel decoder class (TorchRL's ObsDecoder: the before of MatmulObsDecoder)."""
+    saved = dreamer_models.MatmulObsDecoder
+    dreamer_models.MatmulObsDecoder = cls
+    try:
+        yield
+    finally:
+        dreamer_models.MatmulObsDecoder = saved
+
+
 class Ours:
     def __init__(self, batch_size: int, batch_length: int, compile: bool, episodes: list[dict],
-                 channels_last: bool = True):
+                 channels_last: bool = True, matmul_decoder: bool = True):
         self.name = "ours" if channels_last else "ours_nchw"
+        if not matmul_decoder:
+            self.name = "ours_deconv"
         cfg = Config()
         cfg.channels_last = channels_last
         cfg.env.backend, cfg.env.name, cfg.env.from_pixels = "dm_control", "cheetah-run", True
@@ -107,7 +126,8 @@ class Ours:
         self.cfg = validate(cfg)
         device = torch.device("cpu")
         env = make_env(cfg.env, state_dim=cfg.algo.state_dim, belief_dim=cfg.algo.rssm_hidden_dim)
-        self.models = build_models(cfg, env, device)
+        with _decoder_class(MatmulObsDecoder if matmul_decoder else ObsDecoder):
+            self.models = build_models(cfg, env, device)
         close_env(env)
         self.learner = DreamerV1Learner(self.cfg, self.models, device)
         self.replay = make_replay_buffer(self.cfg, device)
@@ -247,6 +267,9 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true", help="both sides eager")
     parser.add_argument("--with-nchw", action="store_true",
                         help="also time ours with channels_last=false (key nhwc_vs_nchw)")
+    parser.add_argument("--with-deconv-decoder", action="store_true",
+                        help="also time ours with TorchRL's ObsDecoder instead of MatmulObsDecoder "
+                             "(key matmul_decoder_vs_deconv)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     configure_mujoco_gl()
@@ -258,12 +281,14 @@ def main() -> None:
              Ours(args.batch_size, args.batch_length, compile, episodes)]
     if args.with_nchw:
         sides.append(Ours(args.batch_size, args.batch_length, compile, episodes, channels_last=False))
+    if args.with_deconv_decoder:
+        sides.append(Ours(args.batch_size, args.batch_length, compile, episodes, matmul_decoder=False))
     ours = sides[1]
     for side in sides:  # one steady-state update each before timing
         side.update()
 
     times: dict[str, list[float]] = {s.name: [] for s in sides}
-    ratios, nhwc_ratios = [], []
+    ratios, nhwc_ratios, decoder_ratios = [], [], []
     print(f"{'rep':>4} " + " ".join(f"{s.name + ' s':>11}" for s in sides) + f" {'recipe/ours':>12}")
     for rep in range(args.reps):
         pair = {s.name: timed(s.update) for s in sides}
@@ -272,6 +297,8 @@ def main() -> None:
         ratios.append(pair["recipe"] / pair["ours"])
         if "ours_nchw" in pair:
             nhwc_ratios.append(pair["ours_nchw"] / pair["ours"])
+        if "ours_deconv" in pair:
+            decoder_ratios.append(pair["ours_deconv"] / pair["ours"])
         print(f"{rep:>4} " + " ".join(f"{t:>11.3f}" for t in pair.values()) + f" {ratios[-1]:>12.2f}")
 
     compiled_ratios = []
@@ -296,11 +323,16 @@ def main() -> None:
         "compiled_vs_eager_per_pair": compiled_ratios,
         "nhwc_vs_nchw": statistics.median(nhwc_ratios) if nhwc_ratios else None,
         "nhwc_vs_nchw_per_pair": nhwc_ratios,
+        "matmul_decoder_vs_deconv": statistics.median(decoder_ratios) if decoder_ratios else None,
+        "matmul_decoder_vs_deconv_per_pair": decoder_ratios,
     }
     print(f"\nmedian update: recipe {result['recipe_update_s']:.3f} s, ours {result['ours_update_s']:.3f} s")
     print(f"speedup_vs_recipe (median of pair ratios): {result['speedup_vs_recipe']:.2f}")
     if nhwc_ratios:
         print(f"nhwc_vs_nchw (ours, channels_last on vs off): {result['nhwc_vs_nchw']:.2f}")
+    if decoder_ratios:
+        print(f"matmul_decoder_vs_deconv (ours, MatmulObsDecoder vs TorchRL's ObsDecoder): "
+              f"{result['matmul_decoder_vs_deconv']:.2f}")
     if compiled_ratios:
         print(f"compiled_vs_eager, actor+value fwd+bwd: {result['compiled_vs_eager']:.2f}")
     if args.json:

@@ -287,3 +287,86 @@ def test_atari_noop_starts_skip_a_seeded_random_number_of_frames(env_of):
     assert all(0 <= n <= 30 for n in starts) and len(set(starts)) > 3, starts
     assert _episode_start_frames(env_of(**cfg, noop_max=30), 12) == starts  # same seed, same starts
     assert _episode_start_frames(env_of(**cfg, noop_max=0), 3) == [0, 0, 0]
+
+
+# -- action repeat on pixel envs: one render per agent step -----------------------
+
+
+def _reference_pixel_env(backend: str, name: str, repeat: int):
+    """TorchRL's own frame_skip path, which renders on every repeated step."""
+    if backend == "dm_control":
+        from dm_control import suite
+        from torchrl.envs import DMControlWrapper
+
+        domain, task = name.split("-", 1)
+        return DMControlWrapper(suite.load(domain, task), from_pixels=True, pixels_only=True,
+                                frame_skip=repeat, render_kwargs={"height": 64, "width": 64})
+    from torchrl.envs import GymEnv
+
+    return GymEnv(name, from_pixels=True, pixels_only=True, frame_skip=repeat)
+
+
+def _count_renders(monkeypatch, backend: str) -> list[int]:
+    if backend == "dm_control":
+        from dm_control.mujoco import Physics as owner
+    else:
+        from gymnasium.envs.classic_control.pendulum import PendulumEnv as owner
+    calls = [0]
+    render = owner.render
+
+    def counted(self, *args, **kwargs):
+        calls[0] += 1
+        return render(self, *args, **kwargs)
+
+    monkeypatch.setattr(owner, "render", counted)
+    return calls
+
+
+def _roll_fixed_actions(env, actions):
+    td, steps = env.reset(), []
+    for action in actions:
+        td["action"] = action
+        nxt = env.step(td)["next"]
+        steps.append(nxt.select("pixels", "reward", "done", "terminated", "truncated").clone())
+        td = env.reset() if nxt["done"].any() else nxt
+    return steps
+
+
+@pytest.mark.parametrize("backend, name, repeat, steps, cut_repeats", [
+    ("dm_control", "cartpole-swingup", 2, 6, 0),
+    # Pendulum ends after 200 frames: with repeat 3 its 67th agent step stops after 2 of 3
+    # repeats (a truncation mid-repeat), twice in 140 steps.
+    ("gymnasium", "Pendulum-v1", 3, 140, 2),
+])
+def test_pixel_action_repeat_renders_once_per_agent_step_with_frame_skips_results(
+    env_of, monkeypatch, backend, name, repeat, steps, cut_repeats
+):
+    ours = env_of(backend=backend, name=name, from_pixels=True, render_size=64,
+                  action_repeat=repeat, max_episode_steps=10_000)
+    reference = _reference_pixel_env(backend, name, repeat)
+    reference.set_seed(0)
+    torch.manual_seed(0)
+    actions = [ours.action_spec.rand() for _ in range(steps)]
+    try:
+        renders = _count_renders(monkeypatch, backend)
+        got = _roll_fixed_actions(ours, actions)
+        ours_renders, renders[0] = renders[0], 0
+        expected = _roll_fixed_actions(reference, actions)
+        reference_renders = renders[0]
+    finally:
+        close_env(reference)
+    ends = [s["done"].item() for s in got]
+    assert ends == [s["done"].item() for s in expected]
+    assert sum(ends) == cut_repeats
+    resets = 1 + sum(ends)
+    assert ours_renders == steps + resets  # one frame per agent step
+    assert reference_renders == repeat * steps - cut_repeats + resets  # one per repeated step
+    for mine, theirs in zip(got, expected):
+        frame = theirs["pixels"]
+        if frame.shape != mine["pixels"].shape:  # gymnasium draws 500x500; we store 64x64
+            from dreamer.envs import DownsampleUInt8
+
+            frame = DownsampleUInt8(64)._apply_transform(frame)
+        assert torch.equal(mine["pixels"], frame)
+        torch.testing.assert_close(mine["reward"].double(), theirs["reward"].double())
+        assert torch.equal(mine["truncated"], theirs["truncated"])

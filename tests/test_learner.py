@@ -365,6 +365,31 @@ def test_channels_last_convs_compute_the_same_update(pixel_setup):
         torch.testing.assert_close(nhwc, nchw, rtol=1e-3, atol=1e-5)
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_matmul_decoder_matches_torchrls_obs_decoder_outputs_gradients_and_checkpoints(channels_last):
+    """The first transposed conv as a matmul is a speed change only: drop-in for TorchRL's ObsDecoder."""
+    from torchrl.modules import ObsDecoder
+
+    from torchrl_ext import MatmulObsDecoder
+
+    torch.manual_seed(0)
+    reference = ObsDecoder(channels=8, latent_dim=12)
+    ours = MatmulObsDecoder(channels=8, latent_dim=12)
+    ours.load_state_dict(reference.state_dict())  # same parameters, same names
+    if channels_last:
+        reference.to(memory_format=torch.channels_last)
+        ours.to(memory_format=torch.channels_last)
+    state, belief = torch.randn(3, 4, 5), torch.randn(3, 4, 7)  # [batch, time, ...]
+    expected, got = reference(state, belief), ours(state, belief)
+    assert got.shape == expected.shape == (3, 4, 3, 64, 64)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    grad_out = torch.randn_like(expected)
+    expected.backward(grad_out)
+    got.backward(grad_out)
+    for (name, p_ref), p_ours in zip(reference.named_parameters(), ours.parameters()):
+        torch.testing.assert_close(p_ours.grad, p_ref.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
 # -- non-finite updates -------------------------------------------------------------
 
 
