@@ -36,7 +36,6 @@ from torchrl.modules import (
     OneHotCategorical,
     RSSMPosterior,
     RSSMPrior,
-    RSSMRollout,
     WorldModelWrapper,
 )
 from torchrl.modules.distributions import ReparamGradientStrategy
@@ -44,7 +43,12 @@ from torchrl.modules.distributions import ReparamGradientStrategy
 from dreamer.config import Config
 from dreamer.envs import PIXELS_KEY, is_discrete, observation_key
 from dreamer.transforms import PixelPreprocess
-from torchrl_ext import FixedBoundsTanhNormal, MatmulObsDecoder, NonTerminatingDreamerEnv
+from torchrl_ext import (
+    FixedBoundsTanhNormal,
+    MatmulObsDecoder,
+    NonTerminatingDreamerEnv,
+    SelectiveRSSMRollout,
+)
 
 ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "silu": nn.SiLU, "tanh": nn.Tanh}
 
@@ -212,7 +216,7 @@ def build_models(cfg: Config, env: EnvBase, device: torch.device) -> DreamerV1Mo
     with torch.no_grad():
         modules["actor"](torch.zeros(1, a.state_dim, device=device), torch.zeros(1, a.rssm_hidden_dim, device=device))
 
-    rollout = RSSMRollout(
+    rollout = SelectiveRSSMRollout(
         TensorDictModule(
             modules["prior"], in_keys=["state", "belief", "action"],
             out_keys=[("next", "prior_mean"), ("next", "prior_std"), "_", ("next", "belief")],

@@ -390,6 +390,33 @@ def test_matmul_decoder_matches_torchrls_obs_decoder_outputs_gradients_and_check
         torch.testing.assert_close(p_ours.grad, p_ref.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_selective_rssm_rollout_gives_torchrls_world_model_loss_and_gradients(pixel_setup):
+    """Rolling out only the RSSM's keys (not the frames) changes no number the learner sees."""
+    from torchrl.modules.models.model_based import RSSMRollout
+
+    from torchrl_ext import SelectiveRSSMRollout
+
+    cfg, env, batch = pixel_setup
+    results = {}
+    for cls in (SelectiveRSSMRollout, RSSMRollout):
+        learner = _learner(cfg, env, seed=3)
+        sequence = learner.models.world_model[0]
+        ours = sequence[1]
+        assert isinstance(ours, SelectiveRSSMRollout)
+        sequence[1] = cls(ours.rssm_prior, ours.rssm_posterior)
+        assert type(learner.models.world_model[0][1]) is cls
+        torch.manual_seed(7)  # the rollout samples its states: same noise for both
+        wm_td, out = learner.world_model_loss(learner.prepare(batch.clone()))
+        loss = wm_td["loss_model_kl"] + wm_td["loss_model_reco"] + wm_td["loss_model_reward"]
+        loss.backward()
+        grads = [p.grad.clone() for p in learner.world_model_params]
+        results[cls] = (wm_td.detach(), out.select(("next", "state"), ("next", "belief"), ("next", "pixels")), grads)
+    (td_a, out_a, grads_a), (td_b, out_b, grads_b) = results.values()
+    assert (td_a == td_b).all() and (out_a == out_b).all()
+    for a, b in zip(grads_a, grads_b):
+        assert torch.equal(a, b)
+
+
 # -- non-finite updates -------------------------------------------------------------
 
 

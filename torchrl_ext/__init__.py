@@ -6,6 +6,7 @@ Nothing here imports ``dreamer``.
 from torchrl_ext.dreamer_v3 import SyncFreeDreamerV3ValueLoss, replay_lambda_returns
 from torchrl_ext.imagination import FixedBoundsTanhNormal, NonTerminatingDreamerEnv
 from torchrl_ext.obs_decoder import MatmulObsDecoder
+from torchrl_ext.rssm import SelectiveRSSMRollout
 from torchrl_ext.replay import PinnedLazyTensorStorage, PlainWriteReplayBuffer, SliceCursorWriter
 from torchrl_ext.weight_sync import LivenessCheckedSharedMemWeightSyncScheme, ReceiverDied
 
@@ -17,6 +18,7 @@ __all__ = [
     "PinnedLazyTensorStorage",
     "PlainWriteReplayBuffer",
     "ReceiverDied",
+    "SelectiveRSSMRollout",
     "SliceCursorWriter",
     "SyncFreeDreamerV3ValueLoss",
     "replay_lambda_returns",
