@@ -32,6 +32,42 @@ def test_fixed_bounds_tanh_normal_is_upstreams_distribution(bounds, tanh_loc):
     torch.testing.assert_close(ours.deterministic_sample, upstream.deterministic_sample)
 
 
+def test_fixed_bounds_tanh_normal_gradients_are_upstreams():
+    """Plain-op tanh (ClampedTanhTransform): upstream's gradients wherever the clamp is not active."""
+    low, high = torch.full((2,), -2.0), torch.full((2,), 2.0)
+    grads = []
+    for cls in (FixedBoundsTanhNormal, TanhNormal):
+        g = torch.Generator().manual_seed(0)
+        loc = torch.randn(64, 2, generator=g).requires_grad_()
+        scale = (torch.rand(64, 2, generator=g) + 0.1).requires_grad_()
+        torch.manual_seed(1)
+        (cls(loc, scale, low=low, high=high, tanh_loc=True).rsample() ** 3).sum().backward()
+        grads.append((loc.grad, scale.grad))
+    for ours, upstream in zip(*grads):
+        torch.testing.assert_close(ours, upstream)
+
+
+def test_compiled_actor_sampling_is_kept_by_aotautograds_cache():
+    """A warm start reloads the compiled actor loss instead of re-tracing it: no graph
+    holding a custom autograd.Function (which AOTAutograd never caches) may come from
+    the actor's distribution."""
+    from torch._dynamo.utils import counters
+
+    linear = torch.nn.Linear(4, 4)
+
+    def sample(x):
+        loc, scale = linear(x).chunk(2, -1)
+        dist = FixedBoundsTanhNormal(loc, scale.exp(), low=torch.full((2,), -2.0),
+                                     high=torch.full((2,), 2.0), tanh_loc=True)
+        return dist.rsample().sum()
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.compile(sample, options={"triton.cudagraphs": False})(torch.randn(8, 4)).backward()
+    assert counters["aot_autograd"]["total"] == 1
+    assert counters["aot_autograd"]["autograd_cache_bypass"] == 0
+
+
 def test_fixed_bounds_tanh_normal_tests_no_tensor_in_python(monkeypatch):
     loc, scale = torch.randn(5, 2), torch.rand(5, 2) + 0.1
     low, high = torch.full((2,), -2.0), torch.full((2,), 2.0)

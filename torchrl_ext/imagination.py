@@ -42,6 +42,23 @@ class NonTerminatingDreamerEnv(DreamerEnv):
         return tensordict
 
 
+class ClampedTanhTransform(SafeTanhTransform):
+    """TorchRL's ``SafeTanhTransform`` forward in plain tensor ops.
+
+    Upstream computes the clamped tanh inside a custom ``autograd.Function``, and
+    AOTAutograd never caches a graph holding one ("Unsupported call_function
+    target autograd_function_apply"): every warm start re-traced the compiled
+    actor loss's joint graph. Same values (tanh clamped to +-(1 - resolution));
+    autograd's gradient, which differs from upstream's only where the clamp is
+    active (0 instead of about 2e-6 x the incoming gradient). The inverse
+    (log-probabilities) stays upstream's.
+    """
+
+    def _call(self, x: torch.Tensor) -> torch.Tensor:
+        lim = 1.0 - torch.finfo(x.dtype).resolution
+        return x.tanh().clamp(-lim, lim)
+
+
 class FixedBoundsTanhNormal(TanhNormal):
     """A :class:`~torchrl.modules.TanhNormal` over bounds fixed when the policy is built.
 
@@ -70,7 +87,7 @@ class FixedBoundsTanhNormal(TanhNormal):
         self.device = loc.device
         self.upscale = upscale
         self.low, self.high = low, high
-        squash = SafeTanhTransform() if safe_tanh else D.TanhTransform()
+        squash = ClampedTanhTransform() if safe_tanh else D.TanhTransform()
         self._t = _PatchedComposeTransform(
             [squash, _PatchedAffineTransform(loc=(high + low) / 2, scale=(high - low) / 2)]
         )
