@@ -28,7 +28,6 @@ thread runs during the other's timing.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import sys
@@ -45,10 +44,8 @@ from torchrl.modules import ObsDecoder
 from dreamer.config import Config, validate
 from dreamer.envs import close_env, configure_mujoco_gl, make_env
 from dreamer.learner import DreamerV1Learner
-import dreamer.models as dreamer_models
 from dreamer.models import build_models
 from dreamer.replay import make_replay_buffer, write
-from torchrl_ext import MatmulObsDecoder
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE_CONFIG = REPO.parent / "shared" / "reference" / "torchrl-dreamer-v1-config.yaml"
@@ -98,17 +95,6 @@ def _flags(steps: int) -> dict:
 
 
 # -- ours -------------------------------------------------------------------------
-@contextlib.contextmanager
-def _decoder_class(cls):
-    """build_models with another pixel decoder class (TorchRL's ObsDecoder: the before of MatmulObsDecoder)."""
-    saved = dreamer_models.MatmulObsDecoder
-    dreamer_models.MatmulObsDecoder = cls
-    try:
-        yield
-    finally:
-        dreamer_models.MatmulObsDecoder = saved
-
-
 class Ours:
     def __init__(self, batch_size: int, batch_length: int, compile: bool, episodes: list[dict],
                  channels_last: bool = True, matmul_decoder: bool = True):
@@ -126,8 +112,9 @@ class Ours:
         self.cfg = validate(cfg)
         device = torch.device("cpu")
         env = make_env(cfg.env, state_dim=cfg.algo.state_dim, belief_dim=cfg.algo.rssm_hidden_dim)
-        with _decoder_class(MatmulObsDecoder if matmul_decoder else ObsDecoder):
-            self.models = build_models(cfg, env, device)
+        self.models = build_models(cfg, env, device)
+        if not matmul_decoder:  # the same module and weights with TorchRL's forward: the before
+            self.models.modules["decoder"].__class__ = ObsDecoder
         close_env(env)
         self.learner = DreamerV1Learner(self.cfg, self.models, device)
         self.replay = make_replay_buffer(self.cfg, device)
