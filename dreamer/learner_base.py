@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import time
+from typing import Callable
 
 import torch
 from tensordict import TensorDictBase
@@ -88,24 +90,44 @@ class BaseLearner(abc.ABC):
         """(B, T) uint8 steps -> observations and actions as this world model reads them."""
 
     # -- compile --------------------------------------------------------------
+    def _compilable(self) -> dict[str, Callable]:
+        """The attribute each loss is called through -> the eager loss it holds."""
+        return {"_actor_loss_fn": self.actor_loss, "_value_loss_fn": self.value_loss}
+
     def compile(self) -> None:
         """Actor and value losses through torch.compile (compile.*); the world model stays eager."""
-        cc = self.cfg.compile
-        self._actor_loss_fn = maybe_compile(self.actor_loss, cc)
-        self._value_loss_fn = maybe_compile(self.value_loss, cc)
+        for attr, fn in self._compilable().items():
+            setattr(self, attr, maybe_compile(fn, self.cfg.compile))
+
+    @contextlib.contextmanager
+    def _eager_losses(self):
+        compiled = {attr: getattr(self, attr) for attr in self._compilable()}
+        for attr, fn in self._compilable().items():
+            setattr(self, attr, fn)
+        try:
+            yield
+        finally:
+            for attr, fn in compiled.items():
+                setattr(self, attr, fn)
 
     def warmup(self, batch: TensorDictBase) -> float:
         """Compile and exercise the (compiled) losses, forward and backward, on a
         real batch before the first update; no optimiser step. Returns seconds."""
         if not self.cfg.compile.enabled:
             return 0.0
+        start = time.perf_counter()
         prepared = self.prepare(batch.clone())
         with torch.no_grad(), self._autocast():
             _, latent = self.world_model_loss(prepared)
-        seconds = timed_warmup(lambda: self._warmup_step(prepared, latent), self.cfg.compile.warmup_iters)
+        # One eager pass first. TorchRL's envs fill a key cache on first use
+        # (EnvBase._cache); traced with it empty, dynamo guards on the empty
+        # cache and traces the whole imagination again on the next call.
+        with self._eager_losses():
+            self._warmup_step(prepared, latent)
+        timed_warmup(lambda: self._warmup_step(prepared, latent), self.cfg.compile.warmup_iters)
         for opt in self.optimizers.values():
             opt.zero_grad(set_to_none=True)
-        return seconds
+        return time.perf_counter() - start
 
     @abc.abstractmethod
     def _warmup_step(self, prepared: TensorDictBase, latent: TensorDictBase) -> None:

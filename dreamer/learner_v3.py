@@ -3,6 +3,8 @@ update (the contract and shared parts: dreamer/learner_base.py)."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from tensordict import TensorDictBase
 from torch.nn.utils import get_total_norm
@@ -11,7 +13,6 @@ from torchrl.objectives import DreamerV3ActorLoss, DreamerV3ModelLoss, ValueEsti
 from torchrl.objectives.utils import SoftUpdate
 from torchrl.trainers.algorithms import DreamerV3Optimizer
 
-from dreamer.compile import maybe_compile
 from dreamer.config import Config
 from dreamer.envs import PIXELS_KEY
 from dreamer.errors import UserError
@@ -143,9 +144,8 @@ class DreamerV3Learner(BaseLearner):
         return latent.get("next").select("state", "belief").reshape(-1)
 
     # -- compile --------------------------------------------------------------
-    def compile(self) -> None:
-        super().compile()
-        self._replay_value_fn = maybe_compile(self.value_loss.replay_value_loss, self.cfg.compile)
+    def _compilable(self) -> dict[str, Callable]:
+        return {**super()._compilable(), "_replay_value_fn": self.value_loss.replay_value_loss}
 
     def warmup(self, batch: TensorDictBase) -> float:
         # The warm-up must not move the return-normalisation statistics.

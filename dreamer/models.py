@@ -35,7 +35,6 @@ from torchrl.modules import (
     ObsEncoder,
     OneHotCategorical,
     RSSMPosterior,
-    RSSMPrior,
     WorldModelWrapper,
 )
 from torchrl.modules.distributions import ReparamGradientStrategy
@@ -44,6 +43,7 @@ from dreamer.config import Config
 from dreamer.envs import PIXELS_KEY, is_discrete, observation_key
 from dreamer.transforms import PixelPreprocess
 from torchrl_ext import (
+    CacheableRSSMPrior,
     FixedBoundsTanhNormal,
     MatmulObsDecoder,
     NonTerminatingDreamerEnv,
@@ -155,7 +155,7 @@ def build_models(cfg: Config, env: EnvBase, device: torch.device) -> DreamerV1Mo
         wm_encoder = nn.Sequential(nn.Flatten(-3), modules["encoder"])
         wm_decoder = modules["decoder"]
 
-    modules["prior"] = RSSMPrior(
+    modules["prior"] = CacheableRSSMPrior(
         action_spec=action_spec, hidden_dim=a.rssm_hidden_dim, rnn_hidden_dim=a.rssm_hidden_dim,
         state_dim=a.state_dim, action_dim=action_dim, device=device,
     )

@@ -18,6 +18,13 @@ repetition, three processes:
 same for warm_artifact.
 
     python scripts/benchmark_compile_cache.py --json out.json
+
+Where a start's time goes: run one child by hand with ``BENCH_COMPILE_TIMES=1``
+(it prints dynamo's ``compile_times()`` and the dynamo / AOTAutograd / inductor
+counters: graphs traced, AOTAutograd cache hits and bypasses, FX-graph hits):
+
+    BENCH_COMPILE_TIMES=1 python scripts/benchmark_compile_cache.py --child \
+        --experiment default --cache-dir DIR
 """
 
 from __future__ import annotations
@@ -75,6 +82,8 @@ def child(experiment: str, cache_dir: str, artifact: str | None, save_to: str | 
     warm_done = time.time()
     if os.environ.get("BENCH_COMPILE_TIMES"):
         print(torch._dynamo.utils.compile_times(), file=sys.stderr)
+        for group in ("stats", "aot_autograd", "inductor"):
+            print(group, dict(torch._dynamo.utils.counters[group]), file=sys.stderr)
     learner.update(replay.sample())
     done_at = time.time()
     if save_to:

@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 from tensordict import TensorDict
+from torch._dynamo.utils import counters
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from dreamer.envs import make_env
@@ -243,6 +244,26 @@ def test_cuda_update_is_sync_free(setup, request):
 
 
 # -- acting ----------------------------------------------------------------------
+
+
+def test_updates_after_warm_up_never_trace_a_compiled_loss_again(state_setup):
+    """A re-trace of the imagination cost a warm start ~13 s on the default experiment."""
+    cfg, env, batch = state_setup
+    cfg = copy.deepcopy(cfg)
+    cfg.compile.enabled, cfg.compile.backend, cfg.compile.warmup_iters = True, "eager", 1
+    learner = _learner(cfg, env)
+    learner.compile()
+    torch._dynamo.reset()
+    counters.clear()
+    # A new model env, as in a fresh process: TorchRL's key cache empty.
+    assert not learner.models.model_based_env.__dict__.get("_cache")
+    learner.warmup(batch.clone())
+    traced = counters["stats"]["unique_graphs"]
+    assert traced > 0
+    for _ in range(2):
+        learner.update(batch.clone())
+    assert counters["stats"]["unique_graphs"] == traced
+    assert all(math.isfinite(v) for v in learner.flush_metrics().values())
 
 
 def test_continuous_actions_lie_in_env_bounds_and_use_the_full_range(state_setup):

@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 from tensordict import TensorDict
+from torch._dynamo.utils import counters
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from dreamer.config import validate
@@ -287,13 +288,18 @@ def test_v3_compiled_losses_warm_up_without_touching_return_statistics(state_set
     cfg.compile.enabled, cfg.compile.backend, cfg.compile.warmup_iters = True, "eager", 1
     learner = _learner(cfg, env)
     learner.compile()
+    torch._dynamo.reset()
+    counters.clear()
     retnorm = {k: v.clone() for k, v in learner.actor_loss.retnorm.state_dict().items()}
     before = _parameters(learner)
     assert learner.warmup(batch.clone()) > 0
     torch.testing.assert_close(learner.actor_loss.retnorm.state_dict(), retnorm)
     after = _parameters(learner)
     assert all(torch.equal(before[n], after[n]) for n in before), "warm-up stepped an optimiser"
+    traced = counters["stats"]["unique_graphs"]
     learner.update(batch.clone())
+    learner.update(batch.clone())
+    assert counters["stats"]["unique_graphs"] == traced, "an update traced a compiled loss again"
     assert all(math.isfinite(v) for v in learner.flush_metrics().values())
 
 
