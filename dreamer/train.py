@@ -26,7 +26,7 @@ from dreamer.models_v3 import build_models_v3
 from dreamer.openloop import check_openloop_config, openloop_enabled, openloop_video
 from dreamer.profiling import TraceWindow
 from dreamer.replay import bytes_per_step, check_capacity, make_replay_buffer, write
-from dreamer.resources import resolve_autocast, resolve_device, resolve_threads
+from dreamer.resources import resolve_autocast, resolve_device, resolve_threads, retain_freed_host_memory
 from dreamer.run_logger import RunLogger
 from dreamer.signals import StopRequest
 from dreamer.supervisor import SupervisedCollector, WorkerDied
@@ -68,11 +68,12 @@ class Trainer:
         workers = resolve_num_workers(cfg)
         threads = resolve_threads(cfg, workers)
         torch.set_num_threads(threads)
+        retained = cfg.retain_host_memory and retain_freed_host_memory()
         torch.manual_seed(cfg.seed)
         autocast = resolve_autocast(cfg, self.device)
         log.info(
-            "device=%s workers=%d learner_threads=%d autocast=%s", self.device, workers,
-            torch.get_num_threads(), autocast,
+            "device=%s workers=%d learner_threads=%d autocast=%s retain_host_memory=%s", self.device,
+            workers, torch.get_num_threads(), autocast, retained,
         )
 
         a = cfg.algo

@@ -1,10 +1,12 @@
 """Learner: Dreamer V1 updates/s, ours vs TorchRL's installed V1 recipe, at one config.
 
-One process builds both learners for DMC cheetah-run from 64x64 pixels with
-the same sizes (state 30, belief 200, hidden 400, 32 conv channels, horizon
-15) and the same batch (B sequences x T steps, fp32), fills each one's replay
-buffer with the same synthetic trajectories in its own storage layout, and
-then alternates their update steps:
+Each side runs in its own process (as each would in training: its own
+allocator state and settings), built for DMC cheetah-run from 64x64 pixels
+with the same sizes (state 30, belief 200, hidden 400, 32 conv channels,
+horizon 15) and the same batch (B sequences x T steps, fp32), its replay
+buffer filled with the same synthetic trajectories in its own storage layout.
+The parent then asks the sides for one timed update each in turn, so only one
+side computes at a time:
 
 - recipe: the update of ``sota-implementations/dreamer/dreamer.py``, built with
   its own ``dreamer_utils`` (``make_dreamer``, ``make_replay_buffer``) and the
@@ -13,14 +15,16 @@ then alternates their update steps:
   model, actor, value;
 - ours: ``DreamerV1Learner.update(replay.sample())`` -- uint8 sequences,
   preprocessed on the device, the same three TorchRL losses, NHWC convs and
-  ``torchrl_ext.MatmulObsDecoder`` (TorchRL's decoder, first layer as a matmul);
-  ``--with-nchw`` and ``--with-deconv-decoder`` add ours without each of those.
+  ``torchrl_ext.MatmulObsDecoder`` (TorchRL's decoder, first layer as a matmul),
+  host memory retained by malloc (``retain_host_memory``, as the app sets it);
+  ``--with-nchw``, ``--with-deconv-decoder`` and ``--with-default-malloc`` add
+  ours without each of those.
 
 ``speedup_vs_recipe`` is the median over repetitions of recipe_time / our_time,
-each pair timed back to back. ``compiled_vs_eager`` times our actor+value
-losses alone (forward+backward) compiled vs eager on the same imagined
-latents. Prefetch is off on both sides so neither one's background sampling
-thread runs during the other's timing.
+each pair timed back to back (inside each side's process). ``compiled_vs_eager``
+times our actor+value losses alone (forward+backward) compiled vs eager on the
+same imagined latents. Prefetch is off on both sides so no background sampling
+thread runs during another side's timing.
 
     python scripts/benchmark_learner.py --json out.json
 """
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import statistics
 import sys
 import time
@@ -46,6 +51,7 @@ from dreamer.envs import close_env, configure_mujoco_gl, make_env
 from dreamer.learner import DreamerV1Learner
 from dreamer.models import build_models
 from dreamer.replay import make_replay_buffer, write
+from dreamer.resources import retain_freed_host_memory
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE_CONFIG = REPO.parent / "shared" / "reference" / "torchrl-dreamer-v1-config.yaml"
@@ -97,12 +103,12 @@ def _flags(steps: int) -> dict:
 # -- ours -------------------------------------------------------------------------
 class Ours:
     def __init__(self, batch_size: int, batch_length: int, compile: bool, episodes: list[dict],
-                 channels_last: bool = True, matmul_decoder: bool = True):
-        self.name = "ours" if channels_last else "ours_nchw"
-        if not matmul_decoder:
-            self.name = "ours_deconv"
+                 channels_last: bool = True, matmul_decoder: bool = True, retain_host_memory: bool = True):
         cfg = Config()
         cfg.channels_last = channels_last
+        cfg.retain_host_memory = retain_host_memory
+        if cfg.retain_host_memory:  # as dreamer.train does at start
+            retain_freed_host_memory()
         cfg.env.backend, cfg.env.name, cfg.env.from_pixels = "dm_control", "cheetah-run", True
         cfg.env.max_episode_steps = TRAJECTORY
         cfg.buffer.batch_size, cfg.buffer.batch_length = batch_size, batch_length
@@ -132,6 +138,17 @@ class Ours:
     def update(self) -> None:
         self.learner.update(self.replay.sample())
 
+    def compiled_vs_eager(self, reps: int) -> list[float]:
+        """Eager / compiled seconds of actor+value forward+backward, per pair."""
+        steps = {c: self.actor_value_step(compiled=c) for c in (True, False)}
+        for step in steps.values():
+            step()
+        ratios = []
+        for _ in range(reps):
+            t_compiled, t_eager = timed(steps[True]), timed(steps[False])
+            ratios.append(t_eager / t_compiled)
+        return ratios
+
     def actor_value_step(self, compiled: bool):
         """A closure: our actor+value losses forward+backward on fixed latents."""
         learner = self.learner
@@ -153,8 +170,6 @@ class Ours:
 # -- the recipe -------------------------------------------------------------------
 class Recipe:
     """TorchRL's V1 recipe learner, built and stepped as its dreamer.py does."""
-
-    name = "recipe"
 
     def __init__(self, batch_size: int, batch_length: int, compile: bool, episodes: list[dict]):
         sys.path.insert(0, str(recipe_dir()))
@@ -244,6 +259,57 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+# -- one process per side -----------------------------------------------------------
+SIDES = {
+    "recipe": lambda *a: Recipe(*a),
+    "ours": lambda *a: Ours(*a),
+    "ours_nchw": lambda *a: Ours(*a, channels_last=False),
+    "ours_deconv": lambda *a: Ours(*a, matmul_decoder=False),
+    "ours_default_malloc": lambda *a: Ours(*a, retain_host_memory=False),
+}
+
+
+def serve_side(conn, name: str, args: argparse.Namespace) -> None:
+    """A side's process: build it, one steady-state update, then timings on request."""
+    configure_mujoco_gl()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    episodes = [synthetic_episode(i, seed=i) for i in range(args.episodes)]
+    side = SIDES[name](args.batch_size, args.batch_length, not args.no_compile, episodes)
+    side.update()
+    conn.send("ready")
+    while (request := conn.recv()) != "stop":
+        if request == "update":
+            conn.send(timed(side.update))
+        elif request == "compiled_vs_eager":
+            conn.send(side.compiled_vs_eager(args.reps))
+
+
+class SideProcess:
+    def __init__(self, name: str, args: argparse.Namespace):
+        self.name = name
+        self.conn, child = mp.Pipe()
+        self.proc = mp.get_context("spawn").Process(target=serve_side, args=(child, name, args), daemon=True)
+        self.proc.start()
+        self.ask("built")
+
+    def ask(self, request: str):
+        if request != "built":
+            self.conn.send(request)
+        while not self.conn.poll(5):
+            if not self.proc.is_alive():
+                sys.exit(f"error: the {self.name} side's process died (exit code {self.proc.exitcode})")
+        return self.conn.recv()
+
+    def stop(self) -> None:
+        self.conn.send("stop")
+        self.proc.join(60)
+
+
+def _ratios(times: dict[str, list[float]], slower: str, faster: str) -> list[float]:
+    return [a / b for a, b in zip(times[slower], times[faster])] if slower in times else []
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch-size", type=int, default=16, help="sequences per update")
@@ -257,69 +323,57 @@ def main() -> None:
     parser.add_argument("--with-deconv-decoder", action="store_true",
                         help="also time ours with TorchRL's ObsDecoder instead of MatmulObsDecoder "
                              "(key matmul_decoder_vs_deconv)")
+    parser.add_argument("--with-default-malloc", action="store_true",
+                        help="also time ours with retain_host_memory=false (key retain_vs_default_malloc)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
-    configure_mujoco_gl()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    compile = not args.no_compile
-    episodes = [synthetic_episode(i, seed=i) for i in range(args.episodes)]
-    sides = [Recipe(args.batch_size, args.batch_length, compile, episodes),
-             Ours(args.batch_size, args.batch_length, compile, episodes)]
-    if args.with_nchw:
-        sides.append(Ours(args.batch_size, args.batch_length, compile, episodes, channels_last=False))
-    if args.with_deconv_decoder:
-        sides.append(Ours(args.batch_size, args.batch_length, compile, episodes, matmul_decoder=False))
-    ours = sides[1]
-    for side in sides:  # one steady-state update each before timing
-        side.update()
+    names = ["recipe", "ours"]
+    for flag, name in ((args.with_nchw, "ours_nchw"), (args.with_deconv_decoder, "ours_deconv"),
+                       (args.with_default_malloc, "ours_default_malloc")):
+        if flag:
+            names.append(name)
+    sides = []
+    try:
+        for name in names:  # built one after another: compile warm-ups do not overlap
+            sides.append(SideProcess(name, args))
+        times: dict[str, list[float]] = {s.name: [] for s in sides}
+        print(f"{'rep':>4} " + " ".join(f"{s.name + ' s':>11}" for s in sides) + f" {'recipe/ours':>12}")
+        for rep in range(args.reps):
+            for side in sides:
+                times[side.name].append(side.ask("update"))
+            print(f"{rep:>4} " + " ".join(f"{times[s.name][-1]:>11.3f}" for s in sides)
+                  + f" {times['recipe'][-1] / times['ours'][-1]:>12.2f}")
+        compiled_ratios = [] if args.no_compile else sides[1].ask("compiled_vs_eager")
+    finally:
+        for side in sides:
+            side.stop()
 
-    times: dict[str, list[float]] = {s.name: [] for s in sides}
-    ratios, nhwc_ratios, decoder_ratios = [], [], []
-    print(f"{'rep':>4} " + " ".join(f"{s.name + ' s':>11}" for s in sides) + f" {'recipe/ours':>12}")
-    for rep in range(args.reps):
-        pair = {s.name: timed(s.update) for s in sides}
-        for name, t in pair.items():
-            times[name].append(t)
-        ratios.append(pair["recipe"] / pair["ours"])
-        if "ours_nchw" in pair:
-            nhwc_ratios.append(pair["ours_nchw"] / pair["ours"])
-        if "ours_deconv" in pair:
-            decoder_ratios.append(pair["ours_deconv"] / pair["ours"])
-        print(f"{rep:>4} " + " ".join(f"{t:>11.3f}" for t in pair.values()) + f" {ratios[-1]:>12.2f}")
+    def median(values):
+        return statistics.median(values) if values else None
 
-    compiled_ratios = []
-    if compile:
-        steps = {c: ours.actor_value_step(compiled=c) for c in (True, False)}
-        for step in steps.values():
-            step()
-        for _ in range(args.reps):
-            t_compiled, t_eager = timed(steps[True]), timed(steps[False])
-            compiled_ratios.append(t_eager / t_compiled)
-
+    ratios = _ratios(times, "recipe", "ours")
+    extra = {key: _ratios(times, name, "ours") for key, name in (
+        ("nhwc_vs_nchw", "ours_nchw"), ("matmul_decoder_vs_deconv", "ours_deconv"),
+        ("retain_vs_default_malloc", "ours_default_malloc"))}
     result = {
         "config": {"batch_size": args.batch_size, "batch_length": args.batch_length, "threads": args.threads,
-                   "compile": compile, "reps": args.reps},
-        "recipe_update_s": statistics.median(times["recipe"]),
-        "ours_update_s": statistics.median(times["ours"]),
-        "recipe_updates_per_s": 1 / statistics.median(times["recipe"]),
-        "ours_updates_per_s": 1 / statistics.median(times["ours"]),
-        "speedup_vs_recipe": statistics.median(ratios),
+                   "compile": not args.no_compile, "reps": args.reps},
+        "recipe_update_s": median(times["recipe"]),
+        "ours_update_s": median(times["ours"]),
+        "recipe_updates_per_s": 1 / median(times["recipe"]),
+        "ours_updates_per_s": 1 / median(times["ours"]),
+        "speedup_vs_recipe": median(ratios),
         "speedup_vs_recipe_per_pair": ratios,
-        "compiled_vs_eager": statistics.median(compiled_ratios) if compiled_ratios else None,
+        "compiled_vs_eager": median(compiled_ratios),
         "compiled_vs_eager_per_pair": compiled_ratios,
-        "nhwc_vs_nchw": statistics.median(nhwc_ratios) if nhwc_ratios else None,
-        "nhwc_vs_nchw_per_pair": nhwc_ratios,
-        "matmul_decoder_vs_deconv": statistics.median(decoder_ratios) if decoder_ratios else None,
-        "matmul_decoder_vs_deconv_per_pair": decoder_ratios,
+        **{k: median(v) for k, v in extra.items()},
+        **{f"{k}_per_pair": v for k, v in extra.items()},
     }
     print(f"\nmedian update: recipe {result['recipe_update_s']:.3f} s, ours {result['ours_update_s']:.3f} s")
     print(f"speedup_vs_recipe (median of pair ratios): {result['speedup_vs_recipe']:.2f}")
-    if nhwc_ratios:
-        print(f"nhwc_vs_nchw (ours, channels_last on vs off): {result['nhwc_vs_nchw']:.2f}")
-    if decoder_ratios:
-        print(f"matmul_decoder_vs_deconv (ours, MatmulObsDecoder vs TorchRL's ObsDecoder): "
-              f"{result['matmul_decoder_vs_deconv']:.2f}")
+    for key, values in extra.items():
+        if values:
+            print(f"{key} (ours with vs without it, median of pairs): {median(values):.2f}")
     if compiled_ratios:
         print(f"compiled_vs_eager, actor+value fwd+bwd: {result['compiled_vs_eager']:.2f}")
     if args.json:
