@@ -112,19 +112,26 @@ class BaseLearner(abc.ABC):
 
     def warmup(self, batch: TensorDictBase) -> float:
         """Compile and exercise the (compiled) losses, forward and backward, on a
-        real batch before the first update; no optimiser step. Returns seconds."""
+        real batch before the first update; no optimiser step, and the global RNG
+        streams are left as they were (a resumed run continues its own). Returns
+        seconds, the eager pass and the world-model forward included."""
         if not self.cfg.compile.enabled:
             return 0.0
         start = time.perf_counter()
-        prepared = self.prepare(batch.clone())
-        with torch.no_grad(), self._autocast():
-            _, latent = self.world_model_loss(prepared)
-        # One eager pass first. TorchRL's envs fill a key cache on first use
-        # (EnvBase._cache); traced with it empty, dynamo guards on the empty
-        # cache and traces the whole imagination again on the next call.
-        with self._eager_losses():
-            self._warmup_step(prepared, latent)
-        timed_warmup(lambda: self._warmup_step(prepared, latent), self.cfg.compile.warmup_iters)
+        cuda = [self.device.index or 0] if self.device.type == "cuda" else []
+        # Under the update's autocast: dynamo guards on the autocast state, so a
+        # warm-up outside it would leave the first update to trace again.
+        with torch.random.fork_rng(devices=cuda):
+            prepared = self.prepare(batch.clone())
+            with self._autocast():
+                with torch.no_grad():
+                    _, latent = self.world_model_loss(prepared)
+                # One eager pass first. TorchRL's envs fill a key cache on first use
+                # (EnvBase._cache); traced with it empty, dynamo guards on the empty
+                # cache and traces the whole imagination again on the next call.
+                with self._eager_losses():
+                    self._warmup_step(prepared, latent)
+                timed_warmup(lambda: self._warmup_step(prepared, latent), self.cfg.compile.warmup_iters)
         for opt in self.optimizers.values():
             opt.zero_grad(set_to_none=True)
         return time.perf_counter() - start

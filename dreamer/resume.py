@@ -18,7 +18,7 @@ from dreamer.errors import UserError
 # Dotted keys (a section name covers all its keys) a resumed run may change.
 RESUME_OVERRIDABLE = (
     "train.total_frames", "train.max_minutes", "logger", "eval", "checkpoint", "resume",
-    "compile.cache_dir", "compile.cache_artifact", "profiling",
+    "compile.cache_dir", "compile.cache_artifact", "profiling", "retain_host_memory",
 )
 
 
@@ -64,7 +64,8 @@ def refuse_overrides(saved: dict, requested: Config, overridden: set[str]) -> No
     refused = sorted(k for k in touched if not overridable(k) and want[k] != have.get(k, object()))
     if refused:
         shown = ", ".join(f"{k} (saved {have.get(k)!r}, given {want[k]!r})" for k in refused[:5])
-        allowed = ", ".join(k if "." in k else k + ".*" for k in RESUME_OVERRIDABLE if k != "resume")
+        sections = {k for k, v in to_dict(Config()).items() if isinstance(v, dict)}
+        allowed = ", ".join(k + ".*" if k in sections else k for k in RESUME_OVERRIDABLE if k != "resume")
         raise UserError(
             f"resume={requested.resume} keeps the run's saved config; refused override: {shown}. "
             f"Only {allowed} may change on resume; start a new run to change the rest"

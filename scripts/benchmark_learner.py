@@ -286,24 +286,43 @@ def serve_side(conn, name: str, args: argparse.Namespace) -> None:
 
 
 class SideProcess:
+    # A side that says nothing for this long (building includes a cold compile) is hung.
+    timeout_s = 1800
+
     def __init__(self, name: str, args: argparse.Namespace):
         self.name = name
         self.conn, child = mp.Pipe()
         self.proc = mp.get_context("spawn").Process(target=serve_side, args=(child, name, args), daemon=True)
         self.proc.start()
+        child.close()  # the parent's copy: a dead side's end of the pipe then reads as EOF
         self.ask("built")
 
     def ask(self, request: str):
-        if request != "built":
-            self.conn.send(request)
-        while not self.conn.poll(5):
-            if not self.proc.is_alive():
-                sys.exit(f"error: the {self.name} side's process died (exit code {self.proc.exitcode})")
-        return self.conn.recv()
+        try:
+            if request != "built":
+                self.conn.send(request)
+            deadline = time.monotonic() + self.timeout_s
+            while not self.conn.poll(5):
+                if not self.proc.is_alive() or time.monotonic() > deadline:
+                    break
+            else:
+                return self.conn.recv()
+        except (EOFError, OSError):
+            pass
+        self.proc.join(5)
+        state = "hung" if self.proc.is_alive() else f"died (exit code {self.proc.exitcode})"
+        sys.exit(f"error: the {self.name} side's process {state} on {request!r}")
 
     def stop(self) -> None:
-        self.conn.send("stop")
+        try:
+            if self.proc.is_alive():
+                self.conn.send("stop")
+        except OSError:
+            pass
         self.proc.join(60)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
 
 
 def _ratios(times: dict[str, list[float]], slower: str, faster: str) -> list[float]:
@@ -327,6 +346,8 @@ def main() -> None:
                         help="also time ours with retain_host_memory=false (key retain_vs_default_malloc)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
+    if args.episodes < 1 or args.reps < 1:
+        parser.error("--episodes and --reps must be >= 1")
     names = ["recipe", "ours"]
     for flag, name in ((args.with_nchw, "ours_nchw"), (args.with_deconv_decoder, "ours_deconv"),
                        (args.with_default_malloc, "ours_default_malloc")):

@@ -246,18 +246,23 @@ def test_cuda_update_is_sync_free(setup, request):
 # -- acting ----------------------------------------------------------------------
 
 
-def test_updates_after_warm_up_never_trace_a_compiled_loss_again(state_setup):
-    """A re-trace of the imagination cost a warm start ~13 s on the default experiment."""
+@pytest.mark.parametrize("autocast", [None, torch.bfloat16])
+def test_updates_after_warm_up_never_trace_a_compiled_loss_again(state_setup, autocast):
+    """A re-trace of the imagination cost a warm start ~13 s on the default experiment;
+    warm-up also runs under the update's autocast and leaves the RNG streams alone."""
     cfg, env, batch = state_setup
     cfg = copy.deepcopy(cfg)
     cfg.compile.enabled, cfg.compile.backend, cfg.compile.warmup_iters = True, "eager", 1
-    learner = _learner(cfg, env)
+    torch.manual_seed(0)
+    learner = DreamerV1Learner(cfg, build_models(cfg, env, CPU), CPU, autocast_dtype=autocast)
     learner.compile()
     torch._dynamo.reset()
     counters.clear()
     # A new model env, as in a fresh process: TorchRL's key cache empty.
     assert not learner.models.model_based_env.__dict__.get("_cache")
+    rng = torch.get_rng_state()
     learner.warmup(batch.clone())
+    assert torch.equal(torch.get_rng_state(), rng), "warm-up moved the RNG stream"
     traced = counters["stats"]["unique_graphs"]
     assert traced > 0
     for _ in range(2):

@@ -290,6 +290,7 @@ def test_v3_compiled_losses_warm_up_without_touching_return_statistics(state_set
     learner.compile()
     torch._dynamo.reset()
     counters.clear()
+    assert not learner.models.model_based_env.__dict__.get("_cache")
     retnorm = {k: v.clone() for k, v in learner.actor_loss.retnorm.state_dict().items()}
     before = _parameters(learner)
     assert learner.warmup(batch.clone()) > 0
@@ -297,6 +298,7 @@ def test_v3_compiled_losses_warm_up_without_touching_return_statistics(state_set
     after = _parameters(learner)
     assert all(torch.equal(before[n], after[n]) for n in before), "warm-up stepped an optimiser"
     traced = counters["stats"]["unique_graphs"]
+    assert traced > 0
     learner.update(batch.clone())
     learner.update(batch.clone())
     assert counters["stats"]["unique_graphs"] == traced, "an update traced a compiled loss again"

@@ -16,9 +16,11 @@ import pytest
 SIZES_MIB = (32, 16, 8, 4, 32)
 REFILL_FAULTS = textwrap.dedent(
     f"""
-    import json, resource, sys
+    import ctypes, json, resource, sys
     import torch
     from dreamer.resources import retain_freed_host_memory
+
+    ctypes.CDLL("libc.so.6").prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE: 4 KiB pages whatever the host's THP
 
     retained = retain_freed_host_memory() if sys.argv[1] == "retain" else False
     faults = []

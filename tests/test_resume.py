@@ -31,7 +31,7 @@ def test_a_refused_override_names_the_key_and_both_values():
         resume.refuse_overrides(_saved(), _requested(buffer={"batch_size": 8}), {"buffer.batch_size"})
     message = str(err.value)
     assert "refused override: buffer.batch_size (saved 4, given 8)" in message
-    assert "Only train.total_frames, train.max_minutes, logger.*, eval.*, checkpoint.*, compile.cache_dir, compile.cache_artifact, profiling.* may change on resume" in message
+    assert "Only train.total_frames, train.max_minutes, logger.*, eval.*, checkpoint.*, compile.cache_dir, compile.cache_artifact, profiling.*, retain_host_memory may change on resume" in message
 
 
 def test_an_override_equal_to_the_saved_value_is_accepted():

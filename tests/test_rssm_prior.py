@@ -52,6 +52,18 @@ def test_cacheable_prior_matches_upstream_outputs_and_gradients(autocast, batch)
         torch.testing.assert_close(a, b)
 
 
+def test_cacheable_prior_runs_a_bf16_belief_as_upstream_does():
+    """A belief left in bf16 by an autocast world model, imagined without autocast:
+    upstream runs the GRU in float32 and returns the input's dtype; so must we."""
+    outputs = []
+    for prior in _priors():
+        state, belief, action, noise = _inputs()
+        outputs.append(prior(state, belief.to(torch.bfloat16), action, noise))
+    for a, b in zip(*outputs):
+        assert a.dtype == b.dtype == torch.float32
+        torch.testing.assert_close(a, b)
+
+
 def _aot_cache_bypasses(prior) -> int:
     def imagine(state, belief, action):
         for _ in range(3):

@@ -12,8 +12,9 @@ results into the input tensordict; every other key is left as it was.
 region becomes an ``_enter_autocast`` node, and AOTAutograd never caches a graph
 holding one ("Unsupported call_function target _enter_autocast"): a warm start
 re-traced and re-partitioned the whole compiled imagination (~11 s on the
-default experiment). When autocast is off the region changes nothing, so this
-subclass leaves it out then; under autocast it is upstream's forward.
+default experiment). When autocast is off this subclass leaves the region out
+and keeps the rest of it (the GRU in float32, its output back in the input's
+dtype); under autocast it is upstream's forward.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ class CacheableRSSMPrior(RSSMPrior):
         if torch.is_autocast_enabled(state.device.type):
             return super().forward(state, belief, action, noise)
         action_state = self.action_state_projector(torch.cat([state, action], dim=-1))
-        belief = self.rnn(action_state, belief)
+        belief = self.rnn(action_state.float(), belief.float() if belief is not None else None)
+        belief = belief.to(action_state.dtype)
         prior_mean, prior_std = self.rnn_to_prior_projector(belief)
         if noise is None:
             noise = torch.randn_like(prior_std)
