@@ -1,4 +1,4 @@
-"""Compile policy: what gets torch.compile'd, with which arguments, and its warm-up.
+"""Compile policy: what gets torch.compile'd, and with which arguments.
 
 The RSSM world model stays eager (its per-step stack fights CUDA graphs and
 dynamo gains little on a Python loop); the actor and value losses are
@@ -8,7 +8,6 @@ module compiles and warms it itself.
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 import torch
@@ -31,11 +30,3 @@ def maybe_compile(fn: Callable, cc: CompileConfig) -> Callable:
     if not cc.enabled:
         return fn
     return torch.compile(fn, **compile_kwargs(cc))
-
-
-def timed_warmup(step: Callable[[], None], iters: int) -> float:
-    """Run ``step`` ``iters`` times (compiling on the first) and return seconds."""
-    start = time.perf_counter()
-    for _ in range(iters):
-        step()
-    return time.perf_counter() - start

@@ -275,7 +275,7 @@ class Config:
     channels_last: bool = True
     # The learner process's malloc (glibc) keeps freed memory for reuse instead
     # of returning it to the OS: no page faults on every update's activations
-    # (1.1x per pixel update on CPU); its RSS stays at its peak. No-op off glibc.
+    # (1.18x per V1 pixel update on CPU, docs/PERFORMANCE.md); its RSS stays at its peak. No-op off glibc.
     retain_host_memory: bool = True
     # A run directory to continue from (its newest checkpoint and config).
     resume: Optional[str] = None

@@ -20,7 +20,7 @@ import torch
 from tensordict import TensorDictBase
 from torch.profiler import record_function
 
-from dreamer.compile import maybe_compile, timed_warmup
+from dreamer.compile import maybe_compile
 from dreamer.config import Config
 from dreamer.health import NonFiniteGuard
 
@@ -101,8 +101,9 @@ class BaseLearner(abc.ABC):
 
     @contextlib.contextmanager
     def _eager_losses(self):
-        compiled = {attr: getattr(self, attr) for attr in self._compilable()}
-        for attr, fn in self._compilable().items():
+        eager = self._compilable()
+        compiled = {attr: getattr(self, attr) for attr in eager}
+        for attr, fn in eager.items():
             setattr(self, attr, fn)
         try:
             yield
@@ -131,7 +132,8 @@ class BaseLearner(abc.ABC):
                 # cache and traces the whole imagination again on the next call.
                 with self._eager_losses():
                     self._warmup_step(prepared, latent)
-                timed_warmup(lambda: self._warmup_step(prepared, latent), self.cfg.compile.warmup_iters)
+                for _ in range(self.cfg.compile.warmup_iters):
+                    self._warmup_step(prepared, latent)
         for opt in self.optimizers.values():
             opt.zero_grad(set_to_none=True)
         return time.perf_counter() - start

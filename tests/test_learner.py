@@ -65,10 +65,10 @@ def pixel_setup():
     close_env(env)
 
 
-def _learner(cfg, env, seed=0, device=CPU):
+def _learner(cfg, env, seed=0, device=CPU, autocast=None):
     torch.manual_seed(seed)
     models = build_models(cfg, env, device)
-    return DreamerV1Learner(cfg, models, device)
+    return DreamerV1Learner(cfg, models, device, autocast_dtype=autocast)
 
 
 def _snapshot(learner):
@@ -253,8 +253,7 @@ def test_updates_after_warm_up_never_trace_a_compiled_loss_again(state_setup, au
     cfg, env, batch = state_setup
     cfg = copy.deepcopy(cfg)
     cfg.compile.enabled, cfg.compile.backend, cfg.compile.warmup_iters = True, "eager", 1
-    torch.manual_seed(0)
-    learner = DreamerV1Learner(cfg, build_models(cfg, env, CPU), CPU, autocast_dtype=autocast)
+    learner = _learner(cfg, env, autocast=autocast)
     learner.compile()
     torch._dynamo.reset()
     counters.clear()
