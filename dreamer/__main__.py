@@ -10,8 +10,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from dreamer import distributed, preemption
-from dreamer.config import load_config, register_configs
+from dreamer.system import distributed
+from dreamer.run import preemption
+from dreamer.config.schema import load_config, register_configs
 from dreamer.errors import UserError
 
 register_configs()
@@ -25,7 +26,7 @@ def overridden_keys(dict_cfg: DictConfig) -> set[str]:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from dreamer.resume import differing_keys
+    from dreamer.run.resume import differing_keys
 
     task = list(HydraConfig.get().overrides.task)
     named = {o.split("=", 1)[0].lstrip("+~") for o in task}
@@ -53,7 +54,7 @@ def main(dict_cfg: DictConfig) -> dict:
     ranks = distributed.ranks_from_env(os.environ)  # torchrun's, else a single process
     try:
         cfg = load_config(dict_cfg, environ=os.environ)
-        from dreamer.train import train
+        from dreamer.run.trainer import train
 
         distributed.setup(cfg, ranks)
         try:
@@ -72,7 +73,7 @@ def main(dict_cfg: DictConfig) -> dict:
 
 
 def run() -> None:
-    from dreamer.preflight import check_command_line
+    from dreamer.config.preflight import check_command_line
 
     try:
         check_command_line(sys.argv[1:])

@@ -23,11 +23,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-from dreamer.collectors import make_collector
-from dreamer.config import Config
-from dreamer.envs import close_env, configure_mujoco_gl, make_env
-from dreamer.models import build_models
-from dreamer.replay import bytes_per_step
+from dreamer.data.collectors import make_collector
+from dreamer.config.schema import Config
+from dreamer.envs.factory import close_env, configure_mujoco_gl, make_env
+from dreamer.algos.v1.models import build_models
+from dreamer.data.replay import bytes_per_step
 
 
 def pixel_config(env_name: str, workers: int, frames_per_batch: int) -> Config:

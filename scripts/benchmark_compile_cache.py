@@ -47,12 +47,12 @@ def child(experiment: str, cache_dir: str, artifact: str | None, save_to: str | 
     import torch
     from hydra import compose, initialize_config_dir
 
-    from dreamer import compile_cache
-    from dreamer.config import load_config, register_configs
-    from dreamer.envs import close_env, configure_mujoco_gl, make_env
-    from dreamer.learner import DreamerV1Learner
-    from dreamer.models import build_models
-    from dreamer.replay import make_replay_buffer, write
+    from dreamer.system import compile_cache
+    from dreamer.config.schema import load_config, register_configs
+    from dreamer.envs.factory import close_env, configure_mujoco_gl, make_env
+    from dreamer.algos.v1.learner import DreamerV1Learner
+    from dreamer.algos.v1.models import build_models
+    from dreamer.data.replay import make_replay_buffer, write
 
     register_configs()
     overrides = [f"experiment={experiment}", f"compile.cache_dir={cache_dir}", "buffer.prefetch=0"]

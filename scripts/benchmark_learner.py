@@ -46,12 +46,12 @@ from tensordict import TensorDict
 from torchrl.envs.transforms import ObservationTransform, Resize
 from torchrl.modules import ObsDecoder
 
-from dreamer.config import Config, validate
-from dreamer.envs import close_env, configure_mujoco_gl, make_env
-from dreamer.learner import DreamerV1Learner
-from dreamer.models import build_models
-from dreamer.replay import make_replay_buffer, write
-from dreamer.resources import retain_freed_host_memory
+from dreamer.config.schema import Config, validate
+from dreamer.envs.factory import close_env, configure_mujoco_gl, make_env
+from dreamer.algos.v1.learner import DreamerV1Learner
+from dreamer.algos.v1.models import build_models
+from dreamer.data.replay import make_replay_buffer, write
+from dreamer.system.resources import retain_freed_host_memory
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE_CONFIG = REPO.parent / "shared" / "reference" / "torchrl-dreamer-v1-config.yaml"

@@ -24,11 +24,11 @@ import torch
 from hydra.core.global_hydra import GlobalHydra
 from tensordict import TensorDict
 
-from dreamer.config import load_config, register_configs
-from dreamer.envs import PIXELS_KEY, close_env, make_env
-from dreamer.openloop import openloop_video
-from dreamer.run_logger import RunLogger
-from dreamer.train import ALGORITHMS
+from dreamer.config.schema import load_config, register_configs
+from dreamer.envs.factory import PIXELS_KEY, close_env, make_env
+from dreamer.report.openloop import openloop_video
+from dreamer.report.logger import RunLogger
+from dreamer.run.trainer import ALGORITHMS
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 

@@ -15,9 +15,9 @@ import time
 
 import torch
 
-from dreamer.config import load_config
-from dreamer.envs import close_env, make_env
-from dreamer.models import build_models
+from dreamer.config.schema import load_config
+from dreamer.envs.factory import close_env, make_env
+from dreamer.algos.v1.models import build_models
 
 
 def time_steps(params, steps: int, **adam_kwargs) -> float:

@@ -33,7 +33,7 @@ def compose(overrides: list[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from dreamer.config import load_config, register_configs
+    from dreamer.config.schema import load_config, register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
@@ -42,9 +42,9 @@ def compose(overrides: list[str]):
 
 def build(cfg):
     """Learner and a filled replay buffer (prefetch off: nothing runs beside the timing)."""
-    from dreamer.envs import close_env, make_env
-    from dreamer.replay import make_replay_buffer, write
-    from dreamer.train import ALGORITHMS
+    from dreamer.envs.factory import close_env, make_env
+    from dreamer.data.replay import make_replay_buffer, write
+    from dreamer.run.trainer import ALGORITHMS
 
     cfg.buffer.prefetch = 0
     a, cpu = cfg.algo, torch.device("cpu")

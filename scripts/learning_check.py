@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     report(results, args.threshold, args.minutes)
 
     sys.path.insert(0, str(REPO))
-    from dreamer.plots import load_run, plot_runs
+    from dreamer.report.plots import load_run, plot_runs
 
     curve = plot_runs([load_run(Path(r.run_dir)) for r in results], out / "learning_curve.png", x_axis="minutes")
     needed = len(results) if args.min_pass is None else args.min_pass

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from dreamer.errors import UserError
-from dreamer.plots import find_runs, load_run, plot_runs
+from dreamer.report.plots import find_runs, load_run, plot_runs
 
 
 def main(argv: list[str] | None = None) -> int:

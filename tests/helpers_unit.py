@@ -11,7 +11,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from dreamer.config import Config, validate
+from dreamer.config.schema import Config, validate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
@@ -169,4 +169,4 @@ def single_thread():
     torch.set_num_threads(before)
 
 
-from dreamer.envs import close_env  # noqa: E402,F401  (re-exported for the tests)
+from dreamer.envs.factory import close_env  # noqa: E402,F401  (re-exported for the tests)

@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import pytest
 
-from dreamer.cadence import Every, Ratio
+from dreamer.run.cadence import Every, Ratio
 
 
 def _fires(every: Every, counters) -> list[int]:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from dreamer import checkpoint as ckpt
+from dreamer.run import checkpoint as ckpt
 from dreamer.errors import UserError
 
 

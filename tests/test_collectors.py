@@ -8,12 +8,12 @@ import torch
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
-from dreamer.collectors import make_collector
-from dreamer.config import Config
-from dreamer.envs import make_env
-from dreamer.learner import DreamerV1Learner
-from dreamer.models import build_models
-from dreamer.replay import make_replay_buffer, write
+from dreamer.data.collectors import make_collector
+from dreamer.config.schema import Config
+from dreamer.envs.factory import make_env
+from dreamer.algos.v1.learner import DreamerV1Learner
+from dreamer.algos.v1.models import build_models
+from dreamer.data.replay import make_replay_buffer, write
 
 
 # Set by the test in the parent before workers start: a forked worker would

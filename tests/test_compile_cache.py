@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dreamer import compile_cache
-from dreamer.config import CompileConfig
+from dreamer.system import compile_cache
+from dreamer.config.schema import CompileConfig
 from dreamer.errors import UserError
 
 # A tiny function compiled with inductor (C++ on CPU), fresh process each time:
@@ -22,7 +22,7 @@ COMPILE_ONCE = textwrap.dedent(
     import json, sys
     from pathlib import Path
     import torch
-    from dreamer import compile_cache
+    from dreamer.system import compile_cache
     from torch._dynamo.utils import counters
 
     artifact, save_dir = sys.argv[1], sys.argv[2]

@@ -8,9 +8,9 @@ import time
 import numpy as np
 import torch
 
-from dreamer import checkpoint as ckpt
-from dreamer.config import load_config
-from dreamer.train import Trainer
+from dreamer.run import checkpoint as ckpt
+from dreamer.config.schema import load_config
+from dreamer.run.trainer import Trainer
 from helpers_e2e import FAST, alive, descendants, read_metrics, start, wait_for
 
 # checkpoint.every=20: a checkpoint about every collector batch; the replay

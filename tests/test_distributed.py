@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from dreamer.distributed import GradientAverager, Ranks, ranks_from_env
+from dreamer.system.distributed import GradientAverager, Ranks, ranks_from_env
 from test_e2e import ROOT, read_metrics
 
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 from torchrl.data import OneHot
 
-from dreamer.config import EnvConfig
-from dreamer.envs import PIXELS_KEY, VECTOR_KEY, is_discrete, make_env, observation_key
+from dreamer.config.schema import EnvConfig
+from dreamer.envs.factory import PIXELS_KEY, VECTOR_KEY, is_discrete, make_env, observation_key
 from dreamer.errors import UserError
 import helpers_unit  # (also sets headless SDL / MuJoCo settings)
 from helpers_unit import close_env
@@ -178,8 +178,8 @@ def test_check_env_on_dm_control_leaves_no_garbage_that_hangs_the_process():
     # A subprocess with a timeout, so a hang fails this test instead of the suite.
     code = (
         "import gc\n"
-        "from dreamer.config import EnvConfig\n"
-        "from dreamer.envs import check_env\n"
+        "from dreamer.config.schema import EnvConfig\n"
+        "from dreamer.envs.factory import check_env\n"
         "check_env(EnvConfig(backend='dm_control', name='cartpole-balance', from_pixels=True))\n"
         "gc.collect()\n"
         "print('collected', flush=True)\n"
@@ -364,7 +364,7 @@ def test_pixel_action_repeat_renders_once_per_agent_step_with_frame_skips_result
     for mine, theirs in zip(got, expected):
         frame = theirs["pixels"]
         if frame.shape != mine["pixels"].shape:  # gymnasium draws 500x500; we store 64x64
-            from dreamer.envs import DownsampleUInt8
+            from dreamer.envs.factory import DownsampleUInt8
 
             frame = DownsampleUInt8(64)._apply_transform(frame)
         assert torch.equal(mine["pixels"], frame)

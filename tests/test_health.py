@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from dreamer import checkpoint as ckpt
+from dreamer.run import checkpoint as ckpt
 from helpers_e2e import FAST, read_metrics, start
 
 

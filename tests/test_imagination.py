@@ -6,8 +6,8 @@ import pytest
 import torch
 from torchrl.modules import TanhNormal
 
-from dreamer.models import build_models
-from dreamer.envs import make_env
+from dreamer.algos.v1.models import build_models
+from dreamer.envs.factory import make_env
 from helpers_unit import CallCounter, close_env, single_thread, spy_tensor_methods, tiny_config  # noqa: F401
 from torchrl_ext import FixedBoundsTanhNormal
 

@@ -13,11 +13,11 @@ from tensordict import TensorDict
 from torch._dynamo.utils import counters
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from dreamer.envs import make_env
-from dreamer.learner import METRIC_NAMES, DreamerV1Learner
-from dreamer.learner_base import MetricsAccumulator
-from dreamer.models import build_models
-from dreamer.replay import stored_keys
+from dreamer.envs.factory import make_env
+from dreamer.algos.v1.learner import METRIC_NAMES, DreamerV1Learner
+from dreamer.algos.learner import MetricsAccumulator
+from dreamer.algos.v1.models import build_models
+from dreamer.data.replay import stored_keys
 from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
     CallCounter,
     close_env,
@@ -412,7 +412,10 @@ def test_matmul_decoder_matches_torchrls_obs_decoder_outputs_gradients_and_check
     expected.backward(grad_out)
     got.backward(grad_out)
     for (name, p_ref), p_ours in zip(reference.named_parameters(), ours.parameters()):
-        torch.testing.assert_close(p_ours.grad, p_ref.grad, rtol=1e-4, atol=1e-6, msg=name)
+        # Float32 sums over 3*4*64*64 outputs in another order: tolerance relative to the
+        # gradient's scale (an AVX2 box differs from an AVX-512 one by ~3e-7 of it).
+        scale = p_ref.grad.abs().max().item()
+        torch.testing.assert_close(p_ours.grad, p_ref.grad, rtol=1e-4, atol=1e-5 * scale, msg=name)
 
 
 def test_selective_rssm_rollout_gives_torchrls_world_model_loss_and_gradients(pixel_setup):

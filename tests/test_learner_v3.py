@@ -14,12 +14,12 @@ from tensordict import TensorDict
 from torch._dynamo.utils import counters
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from dreamer.config import validate
-from dreamer.envs import make_env
+from dreamer.config.schema import validate
+from dreamer.envs.factory import make_env
 from dreamer.errors import UserError
-from dreamer.learner_v3 import METRIC_NAMES, DreamerV3Learner
-from dreamer.models_v3 import build_models_v3
-from dreamer.replay import stored_keys
+from dreamer.algos.v3.learner import METRIC_NAMES, DreamerV3Learner
+from dreamer.algos.v3.models import build_models_v3
+from dreamer.data.replay import stored_keys
 from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
     CallCounter,
     close_env,

@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dreamer.config import validate
-from dreamer.envs import PIXELS_KEY, make_env
+from dreamer.config.schema import validate
+from dreamer.envs.factory import PIXELS_KEY, make_env
 from dreamer.errors import UserError
-from dreamer.learner import DreamerV1Learner
-from dreamer.learner_v3 import DreamerV3Learner
-from dreamer.models import build_models
-from dreamer.models_v3 import build_models_v3
-from dreamer.openloop import (
+from dreamer.algos.v1.learner import DreamerV1Learner
+from dreamer.algos.v3.learner import DreamerV3Learner
+from dreamer.algos.v1.models import build_models
+from dreamer.algos.v3.models import build_models_v3
+from dreamer.report.openloop import (
     ERROR_GAIN,
     check_openloop_config,
     openloop_enabled,
@@ -23,8 +23,8 @@ from dreamer.openloop import (
     to_uint8,
     video_grid,
 )
-from dreamer.replay import stored_keys
-from dreamer.transforms import PixelPreprocess
+from dreamer.data.replay import stored_keys
+from dreamer.data.transforms import PixelPreprocess
 from helpers_unit import close_env, collector_batch, single_thread, tiny_config  # noqa: F401
 
 CPU = torch.device("cpu")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dreamer.errors import UserError
-from dreamer.plots import find_runs, load_run, mean_std
+from dreamer.report.plots import find_runs, load_run, mean_std
 from helpers_unit import REPO_ROOT
 
 

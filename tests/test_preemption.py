@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from dreamer import preemption
+from dreamer.run import preemption
 
 
 @pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM])

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from dreamer.config import load_config, profiling_from_env
+from dreamer.config.schema import load_config, profiling_from_env
 from dreamer.errors import UserError
-from dreamer.profiling import merge_traces
+from dreamer.system.profiling import merge_traces
 from helpers_unit import REPO_ROOT
 
 REQUIRED_RANGES = {

@@ -12,9 +12,9 @@ import tensordict
 from tensordict import LazyStackedTensorDict, TensorDict
 from torchrl.data import LazyTensorStorage, ReplayBuffer, RoundRobinWriter, TensorDictReplayBuffer
 
-from dreamer import replay as dreamer_replay
+from dreamer.data import replay as dreamer_replay
 from dreamer.errors import UserError
-from dreamer.replay import (
+from dreamer.data.replay import (
     TRAJ_KEY,
     bytes_per_step,
     check_capacity,

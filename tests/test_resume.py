@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from dreamer import checkpoint as ckpt
-from dreamer import resume
-from dreamer.config import Config, load_config, to_dict
+from dreamer.run import checkpoint as ckpt
+from dreamer.run import resume
+from dreamer.config.schema import Config, load_config, to_dict
 from dreamer.errors import UserError
 
 

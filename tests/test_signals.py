@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from dreamer import checkpoint as ckpt
+from dreamer.run import checkpoint as ckpt
 from helpers_e2e import FAST, alive, descendants, has_updates, start, wait_for
 
 

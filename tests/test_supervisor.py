@@ -7,7 +7,7 @@ import os
 import signal
 import time
 
-from dreamer import checkpoint as ckpt
+from dreamer.run import checkpoint as ckpt
 from helpers_e2e import FAST, alive, has_updates, start, wait_for, worker_pids
 
 

@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from tensordict import TensorDict
 
-from dreamer.envs import DownsampleUInt8
-from dreamer.transforms import PixelPreprocess, VectorAsImage
+from dreamer.envs.factory import DownsampleUInt8
+from dreamer.data.transforms import PixelPreprocess, VectorAsImage
 
 
 def reference_preprocess(frames: torch.Tensor, size: int, grayscale: bool) -> torch.Tensor:

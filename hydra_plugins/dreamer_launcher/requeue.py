@@ -23,7 +23,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
     SlurmLauncher,
 )
 
-from dreamer import preemption
+from dreamer.run import preemption
 
 log = logging.getLogger("dreamer")
 

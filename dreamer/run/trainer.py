@@ -12,24 +12,25 @@ import torch
 import tqdm
 from torch.profiler import record_function
 
-from dreamer import checkpoint as ckpt
-from dreamer import compile_cache, distributed, health, preemption, resume
-from dreamer.cadence import Every, Ratio
-from dreamer.collectors import make_collector, resolve_num_workers
-from dreamer.config import Config, to_dict
-from dreamer.envs import check_env, close_env, make_env
-from dreamer.evaluation import EvalResult, evaluate
-from dreamer.learner import DreamerV1Learner
-from dreamer.learner_v3 import DreamerV3Learner
-from dreamer.models import build_models
-from dreamer.models_v3 import build_models_v3
-from dreamer.openloop import check_openloop_config, openloop_enabled, openloop_video
-from dreamer.profiling import TraceWindow
-from dreamer.replay import bytes_per_step, check_capacity, make_replay_buffer, write
-from dreamer.resources import resolve_autocast, resolve_device, resolve_threads, retain_freed_host_memory
-from dreamer.run_logger import RunLogger
-from dreamer.signals import StopRequest
-from dreamer.supervisor import SupervisedCollector, WorkerDied
+from dreamer.run import checkpoint as ckpt
+from dreamer.system import compile_cache, distributed
+from dreamer.run import health, preemption, resume
+from dreamer.run.cadence import Every, Ratio
+from dreamer.data.collectors import make_collector, resolve_num_workers
+from dreamer.config.schema import Config, to_dict
+from dreamer.envs.factory import check_env, close_env, make_env
+from dreamer.report.evaluation import EvalResult, evaluate
+from dreamer.algos.v1.learner import DreamerV1Learner
+from dreamer.algos.v3.learner import DreamerV3Learner
+from dreamer.algos.v1.models import build_models
+from dreamer.algos.v3.models import build_models_v3
+from dreamer.report.openloop import check_openloop_config, openloop_enabled, openloop_video
+from dreamer.system.profiling import TraceWindow
+from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buffer, write
+from dreamer.system.resources import resolve_autocast, resolve_device, resolve_threads, retain_freed_host_memory
+from dreamer.report.logger import RunLogger
+from dreamer.run.signals import StopRequest
+from dreamer.data.supervisor import SupervisedCollector, WorkerDied
 
 log = logging.getLogger("dreamer")
 

@@ -20,8 +20,8 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from dreamer.config import Config
-from dreamer.envs import PIXELS_KEY, observation_key
+from dreamer.config.schema import Config
+from dreamer.envs.factory import PIXELS_KEY, observation_key
 from dreamer.errors import UserError
 
 # Trained reconstructions are off by a few levels out of 255: black at gain 1.

@@ -51,9 +51,9 @@ from torchrl.modules import (
 from torchrl.modules.distributions import IndependentNormal
 from torchrl.objectives import symexp, symlog
 
-from dreamer.config import Config
-from dreamer.envs import PIXELS_KEY, is_discrete, observation_key
-from dreamer.transforms import PixelPreprocess
+from dreamer.config.schema import Config
+from dreamer.envs.factory import PIXELS_KEY, is_discrete, observation_key
+from dreamer.data.transforms import PixelPreprocess
 
 # Image encoder stage widths (x encoder_channels): four stride-2 stages, 64 -> 4.
 IMAGE_MULTS = (2, 3, 4, 4)

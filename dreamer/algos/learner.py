@@ -20,9 +20,9 @@ import torch
 from tensordict import TensorDictBase
 from torch.profiler import record_function
 
-from dreamer.compile import maybe_compile
-from dreamer.config import Config
-from dreamer.health import NonFiniteGuard
+from dreamer.system.compile import maybe_compile
+from dreamer.config.schema import Config
+from dreamer.run.health import NonFiniteGuard
 
 
 class MetricsAccumulator:

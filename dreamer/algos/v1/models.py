@@ -39,9 +39,9 @@ from torchrl.modules import (
 )
 from torchrl.modules.distributions import ReparamGradientStrategy
 
-from dreamer.config import Config
-from dreamer.envs import PIXELS_KEY, is_discrete, observation_key
-from dreamer.transforms import PixelPreprocess
+from dreamer.config.schema import Config
+from dreamer.envs.factory import PIXELS_KEY, is_discrete, observation_key
+from dreamer.data.transforms import PixelPreprocess
 from torchrl_ext import (
     CacheableRSSMPrior,
     FixedBoundsTanhNormal,

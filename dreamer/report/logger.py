@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torchrl.record.loggers import Logger, get_logger
 
-from dreamer.config import Config, to_dict
+from dreamer.config.schema import Config, to_dict
 
 
 class RunLogger:
@@ -100,7 +100,7 @@ class RunLogger:
         """learning_curve.png from this run's metrics.jsonl (and to W&B when used)."""
         if not self.enabled:
             return None
-        from dreamer.plots import load_run, plot_runs
+        from dreamer.report.plots import load_run, plot_runs
 
         path = plot_runs([load_run(self.run_dir)], self.run_dir / "learning_curve.png")
         if self._is_wandb():

@@ -13,11 +13,11 @@ from torchrl.objectives import DreamerV3ActorLoss, DreamerV3ModelLoss, ValueEsti
 from torchrl.objectives.utils import SoftUpdate
 from torchrl.trainers.algorithms import DreamerV3Optimizer
 
-from dreamer.config import Config
-from dreamer.envs import PIXELS_KEY
+from dreamer.config.schema import Config
+from dreamer.envs.factory import PIXELS_KEY
 from dreamer.errors import UserError
-from dreamer.learner_base import BaseLearner
-from dreamer.models_v3 import DreamerV3Models
+from dreamer.algos.learner import BaseLearner
+from dreamer.algos.v3.models import DreamerV3Models
 from torchrl_ext import SyncFreeDreamerV3ValueLoss
 
 WORLD_MODEL_LOSSES = (

@@ -9,11 +9,11 @@ from torch.nn.utils import clip_grad_norm_
 from torch.profiler import record_function
 from torchrl.objectives import DreamerActorLoss, DreamerModelLoss, DreamerValueLoss
 
-from dreamer.config import Config
-from dreamer.envs import PIXELS_KEY
-from dreamer.learner_base import BaseLearner
-from dreamer.models import DreamerV1Models
-from dreamer.transforms import VectorAsImage
+from dreamer.config.schema import Config
+from dreamer.envs.factory import PIXELS_KEY
+from dreamer.algos.learner import BaseLearner
+from dreamer.algos.v1.models import DreamerV1Models
+from dreamer.data.transforms import VectorAsImage
 
 METRIC_NAMES = (
     "loss_model_kl",

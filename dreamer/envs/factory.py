@@ -33,7 +33,7 @@ from torchrl.envs import (
     TransformedEnv,
 )
 
-from dreamer.config import EnvConfig
+from dreamer.config.schema import EnvConfig
 from dreamer.errors import UserError
 
 PIXELS_KEY = "pixels"
@@ -182,7 +182,7 @@ def _base_env(env_cfg: EnvConfig, device: torch.device, pixels: bool, pixels_onl
             raise _unknown(env_cfg)
         if not pixels:
             return GymEnv(env_cfg.name, frame_skip=env_cfg.action_repeat, device=device)
-        from dreamer.action_repeat import GymActionRepeat
+        from dreamer.envs.action_repeat import GymActionRepeat
 
         # Repeat below the render wrapper: one frame drawn per agent step, not per repeat.
         repeated = GymActionRepeat(gymnasium.make(env_cfg.name, render_mode="rgb_array"), env_cfg.action_repeat)
@@ -201,7 +201,7 @@ def _base_env(env_cfg: EnvConfig, device: torch.device, pixels: bool, pixels_onl
             return DMControlWrapper(suite.load(domain, task), frame_skip=env_cfg.action_repeat, device=device)
         from dm_control.suite.wrappers import pixels as dm_pixels
 
-        from dreamer.action_repeat import DMControlActionRepeat
+        from dreamer.envs.action_repeat import DMControlActionRepeat
 
         # Built by hand: DMControlEnv forwards render_kwargs to the task constructor
         # (TypeError), and its frame_skip renders every repeat. Here the action

@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from dreamer.config import CompileConfig
+from dreamer.config.schema import CompileConfig
 
 
 def compile_kwargs(cc: CompileConfig) -> dict:
