@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from dreamer.system import distributed
 from dreamer.run import preemption
-from dreamer.config.schema import load_config, register_configs
+from dreamer.config import load_config, register_configs
 from dreamer.errors import UserError
 
 register_configs()

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from dreamer.data.collectors import make_collector
-from dreamer.config.schema import Config
+from dreamer.config import Config
 from dreamer.envs.factory import close_env, configure_mujoco_gl, make_env
 from dreamer.algos.v1.models import build_models
 from dreamer.data.replay import bytes_per_step

@@ -48,7 +48,7 @@ def child(experiment: str, cache_dir: str, artifact: str | None, save_to: str | 
     from hydra import compose, initialize_config_dir
 
     from dreamer.system import compile_cache
-    from dreamer.config.schema import load_config, register_configs
+    from dreamer.config import load_config, register_configs
     from dreamer.envs.factory import close_env, configure_mujoco_gl, make_env
     from dreamer.algos.v1.learner import DreamerV1Learner
     from dreamer.algos.v1.models import build_models

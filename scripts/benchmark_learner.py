@@ -46,7 +46,7 @@ from tensordict import TensorDict
 from torchrl.envs.transforms import ObservationTransform, Resize
 from torchrl.modules import ObsDecoder
 
-from dreamer.config.schema import Config, validate
+from dreamer.config import Config, validate
 from dreamer.envs.factory import close_env, configure_mujoco_gl, make_env
 from dreamer.algos.v1.learner import DreamerV1Learner
 from dreamer.algos.v1.models import build_models

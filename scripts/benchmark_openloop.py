@@ -24,7 +24,7 @@ import torch
 from hydra.core.global_hydra import GlobalHydra
 from tensordict import TensorDict
 
-from dreamer.config.schema import load_config, register_configs
+from dreamer.config import load_config, register_configs
 from dreamer.envs.factory import PIXELS_KEY, close_env, make_env
 from dreamer.report.openloop import openloop_video
 from dreamer.report.logger import RunLogger

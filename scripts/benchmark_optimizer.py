@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from dreamer.config.schema import load_config
+from dreamer.config import load_config
 from dreamer.envs.factory import close_env, make_env
 from dreamer.algos.v1.models import build_models
 

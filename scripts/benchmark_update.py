@@ -33,7 +33,7 @@ def compose(overrides: list[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from dreamer.config.schema import load_config, register_configs
+    from dreamer.config import load_config, register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):

@@ -11,7 +11,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from dreamer.config.schema import Config, validate
+from dreamer.config import Config, validate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"

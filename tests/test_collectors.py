@@ -9,7 +9,7 @@ from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
 from dreamer.data.collectors import make_collector
-from dreamer.config.schema import Config
+from dreamer.config import Config
 from dreamer.envs.factory import make_env
 from dreamer.algos.v1.learner import DreamerV1Learner
 from dreamer.algos.v1.models import build_models

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dreamer.system import compile_cache
-from dreamer.config.schema import CompileConfig
+from dreamer.config import CompileConfig
 from dreamer.errors import UserError
 
 # A tiny function compiled with inductor (C++ on CPU), fresh process each time:

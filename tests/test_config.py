@@ -11,7 +11,7 @@ import hydra
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 
-from dreamer.config.schema import Config, load_config, register_configs, to_dict
+from dreamer.config import Config, load_config, register_configs, to_dict
 from dreamer.errors import UserError
 from helpers_unit import CONF_DIR, REPO_ROOT
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from dreamer.run import checkpoint as ckpt
-from dreamer.config.schema import load_config
+from dreamer.config import load_config
 from dreamer.run.trainer import Trainer
 from helpers_e2e import FAST, alive, descendants, read_metrics, start, wait_for
 

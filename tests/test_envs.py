@@ -13,7 +13,7 @@ import pytest
 import torch
 from torchrl.data import OneHot
 
-from dreamer.config.schema import EnvConfig
+from dreamer.config import EnvConfig
 from dreamer.envs.factory import PIXELS_KEY, VECTOR_KEY, is_discrete, make_env, observation_key
 from dreamer.errors import UserError
 import helpers_unit  # (also sets headless SDL / MuJoCo settings)
@@ -178,7 +178,7 @@ def test_check_env_on_dm_control_leaves_no_garbage_that_hangs_the_process():
     # A subprocess with a timeout, so a hang fails this test instead of the suite.
     code = (
         "import gc\n"
-        "from dreamer.config.schema import EnvConfig\n"
+        "from dreamer.config import EnvConfig\n"
         "from dreamer.envs.factory import check_env\n"
         "check_env(EnvConfig(backend='dm_control', name='cartpole-balance', from_pixels=True))\n"
         "gc.collect()\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hydra
 from hydra.core.global_hydra import GlobalHydra
 
-from dreamer.config.schema import register_configs
+from dreamer.config import register_configs
 from helpers_unit import CONF_DIR
 from hydra_plugins.dreamer_launcher.requeue import RequeueingLocalLauncher
 

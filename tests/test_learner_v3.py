@@ -14,7 +14,7 @@ from tensordict import TensorDict
 from torch._dynamo.utils import counters
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from dreamer.config.schema import validate
+from dreamer.config import validate
 from dreamer.envs.factory import make_env
 from dreamer.errors import UserError
 from dreamer.algos.v3.learner import METRIC_NAMES, DreamerV3Learner

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dreamer.config.schema import validate
+from dreamer.config import validate
 from dreamer.envs.factory import PIXELS_KEY, make_env
 from dreamer.errors import UserError
 from dreamer.algos.v1.learner import DreamerV1Learner

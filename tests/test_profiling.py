@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from dreamer.config.schema import load_config, profiling_from_env
+from dreamer.config import load_config, profiling_from_env
 from dreamer.errors import UserError
 from dreamer.system.profiling import merge_traces
 from helpers_unit import REPO_ROOT

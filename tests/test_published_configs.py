@@ -14,7 +14,7 @@ import torch
 import yaml
 from hydra.core.global_hydra import GlobalHydra
 
-from dreamer.config.schema import get_path, load_config, register_configs
+from dreamer.config import get_path, load_config, register_configs
 from dreamer.envs.factory import make_env
 from dreamer.algos.v3.models import build_models_v3
 from helpers_unit import CONF_DIR, REPO_ROOT, close_env

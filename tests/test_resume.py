@@ -8,7 +8,7 @@ import pytest
 
 from dreamer.run import checkpoint as ckpt
 from dreamer.run import resume
-from dreamer.config.schema import Config, load_config, to_dict
+from dreamer.config import Config, load_config, to_dict
 from dreamer.errors import UserError
 
 

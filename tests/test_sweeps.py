@@ -8,7 +8,7 @@ import yaml
 from hydra.core.global_hydra import GlobalHydra
 from wandb.sdk.launch.sweeps.utils import create_sweep_command_args
 
-from dreamer.config.schema import load_config, register_configs
+from dreamer.config import load_config, register_configs
 from helpers_unit import CONF_DIR
 
 SWEEPS = sorted((CONF_DIR / "sweep").glob("*.yaml"))

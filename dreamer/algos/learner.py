@@ -21,7 +21,7 @@ from tensordict import TensorDictBase
 from torch.profiler import record_function
 
 from dreamer.system.compile import maybe_compile
-from dreamer.config.schema import Config
+from dreamer.config import Config
 from dreamer.run.health import NonFiniteGuard
 
 

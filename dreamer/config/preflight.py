@@ -26,7 +26,7 @@ def check_composition(overrides: list[str]) -> None:
     from hydra.errors import HydraException, MissingConfigException, OverrideParseException
     from omegaconf.errors import OmegaConfBaseException
 
-    from dreamer.config.schema import register_configs
+    from dreamer.config import register_configs
 
     register_configs()
     mine = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]

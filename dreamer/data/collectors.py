@@ -14,7 +14,7 @@ from tensordict.nn import TensorDictModuleBase
 from torchrl.collectors import BaseCollector, Collector, MultiAsyncCollector
 
 from dreamer.system.compile import compile_kwargs
-from dreamer.config.schema import Config
+from dreamer.config import Config
 from dreamer.envs.factory import env_factory
 from dreamer.run.signals import ignore_stop_signals
 from torchrl_ext import LivenessCheckedSharedMemWeightSyncScheme

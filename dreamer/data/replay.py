@@ -19,7 +19,7 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
 
-from dreamer.config.schema import Config
+from dreamer.config import Config
 from dreamer.errors import UserError
 from torchrl_ext import PinnedLazyTensorStorage, PlainWriteReplayBuffer, SliceCursorWriter
 

@@ -33,7 +33,7 @@ from torchrl.envs import (
     TransformedEnv,
 )
 
-from dreamer.config.schema import EnvConfig
+from dreamer.config import EnvConfig
 from dreamer.errors import UserError
 
 PIXELS_KEY = "pixels"

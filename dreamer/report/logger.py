@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torchrl.record.loggers import Logger, get_logger
 
-from dreamer.config.schema import Config, to_dict
+from dreamer.config import Config, to_dict
 
 
 class RunLogger:

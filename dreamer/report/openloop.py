@@ -20,7 +20,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from dreamer.config.schema import Config
+from dreamer.config import Config
 from dreamer.envs.factory import PIXELS_KEY, observation_key
 from dreamer.errors import UserError
 

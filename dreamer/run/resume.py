@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from dreamer.run import checkpoint as ckpt
-from dreamer.config.schema import Config, load_config, to_dict
+from dreamer.config import Config, load_config, to_dict
 from dreamer.errors import UserError
 
 # Dotted keys (a section name covers all its keys) a resumed run may change.

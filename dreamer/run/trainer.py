@@ -17,7 +17,7 @@ from dreamer.system import compile_cache, distributed
 from dreamer.run import health, preemption, resume
 from dreamer.run.cadence import Every, Ratio
 from dreamer.data.collectors import make_collector, resolve_num_workers
-from dreamer.config.schema import Config, to_dict
+from dreamer.config import Config, to_dict
 from dreamer.envs.factory import check_env, close_env, make_env
 from dreamer.report.evaluation import EvalResult, evaluate
 from dreamer.algos.v1.learner import DreamerV1Learner

@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from dreamer.config.schema import CompileConfig
+from dreamer.config import CompileConfig
 
 
 def compile_kwargs(cc: CompileConfig) -> dict:

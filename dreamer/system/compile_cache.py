@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from dreamer.config.schema import CompileConfig
+from dreamer.config import CompileConfig
 from dreamer.errors import UserError
 
 log = logging.getLogger("dreamer")

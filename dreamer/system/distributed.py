@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from dreamer.config.schema import Config
+from dreamer.config import Config
 
 log = logging.getLogger("dreamer")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from dreamer.config.schema import ProfilingConfig
+from dreamer.config import ProfilingConfig
 
 log = logging.getLogger("dreamer")
 

@@ -8,7 +8,7 @@ import platform
 
 import torch
 
-from dreamer.config.schema import Config
+from dreamer.config import Config
 
 
 def resolve_device(cfg: Config) -> torch.device:

@@ -9,7 +9,7 @@ from torch.nn.utils import clip_grad_norm_
 from torch.profiler import record_function
 from torchrl.objectives import DreamerActorLoss, DreamerModelLoss, DreamerValueLoss
 
-from dreamer.config.schema import Config
+from dreamer.config import Config
 from dreamer.envs.factory import PIXELS_KEY
 from dreamer.algos.learner import BaseLearner
 from dreamer.algos.v1.models import DreamerV1Models

@@ -39,7 +39,7 @@ from torchrl.modules import (
 )
 from torchrl.modules.distributions import ReparamGradientStrategy
 
-from dreamer.config.schema import Config
+from dreamer.config import Config
 from dreamer.envs.factory import PIXELS_KEY, is_discrete, observation_key
 from dreamer.data.transforms import PixelPreprocess
 from torchrl_ext import (

@@ -13,7 +13,7 @@ from torchrl.objectives import DreamerV3ActorLoss, DreamerV3ModelLoss, ValueEsti
 from torchrl.objectives.utils import SoftUpdate
 from torchrl.trainers.algorithms import DreamerV3Optimizer
 
-from dreamer.config.schema import Config
+from dreamer.config import Config
 from dreamer.envs.factory import PIXELS_KEY
 from dreamer.errors import UserError
 from dreamer.algos.learner import BaseLearner

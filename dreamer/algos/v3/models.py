@@ -51,7 +51,7 @@ from torchrl.modules import (
 from torchrl.modules.distributions import IndependentNormal
 from torchrl.objectives import symexp, symlog
 
-from dreamer.config.schema import Config
+from dreamer.config import Config
 from dreamer.envs.factory import PIXELS_KEY, is_discrete, observation_key
 from dreamer.data.transforms import PixelPreprocess
 
