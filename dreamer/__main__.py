@@ -56,7 +56,7 @@ def main(dict_cfg: DictConfig) -> dict:
         cfg = load_config(dict_cfg, environ=os.environ)
         from dreamer.run.trainer import train
 
-        distributed.setup(cfg, ranks)
+        distributed.setup(cfg.distributed, cfg.device, ranks)
         try:
             overridden = overridden_keys(dict_cfg) if cfg.resume else set()
             summary = train(cfg, Path(HydraConfig.get().runtime.output_dir), ranks, overridden)

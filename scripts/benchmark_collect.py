@@ -44,11 +44,12 @@ def ours_fps(cfg: Config, batches: int, with_policy: bool) -> float:
 
     Without the policy, workers take random actions: the environment setup alone.
     """
-    env = make_env(cfg.env, state_dim=cfg.algo.state_dim, belief_dim=cfg.algo.rssm_hidden_dim)
+    env = make_env(cfg.env, cfg.algo)
     models = build_models(cfg, env, torch.device("cpu"))
     close_env(env)
     random_frames = 0 if with_policy else 10**12
-    collector = make_collector(cfg, models.policy(explore=True), random_frames=random_frames, learner_threads=1)
+    collector = make_collector(cfg.collector, cfg.env, cfg.algo, cfg.compile, models.policy(explore=True),
+                               seed=cfg.seed, random_frames=random_frames, learner_threads=1)
     try:
         it = iter(collector)
         for _ in range(cfg.collector.num_workers):
@@ -121,7 +122,7 @@ def main() -> None:
     result["collect_fps_vs_recipe"] = max(result[f"fps_{w}_workers"] for w in args.workers) / recipe
 
     cfg = pixel_config(args.env, 1, args.frames_per_batch)
-    env = make_env(cfg.env, state_dim=30, belief_dim=200)
+    env = make_env(cfg.env, cfg.algo)
     ours_bytes = bytes_per_step(env.rollout(2)[0], "pixels")
     close_env(env)
     result["bytes_per_frame"] = ours_bytes

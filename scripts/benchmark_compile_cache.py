@@ -65,10 +65,9 @@ def child(experiment: str, cache_dir: str, artifact: str | None, save_to: str | 
     compile_cache.use_cache_dir(cfg.compile)
     if artifact:
         compile_cache.load_artifact(Path(artifact))
-    a = cfg.algo
-    env = make_env(cfg.env, state_dim=a.state_dim, belief_dim=a.rssm_hidden_dim, seed=cfg.seed)
+    env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
     models = build_models(cfg, env, torch.device("cpu"))
-    replay = make_replay_buffer(cfg, torch.device("cpu"))
+    replay = make_replay_buffer(cfg.buffer, torch.device("cpu"))
     steps = 0
     while steps < 2 * cfg.buffer.batch_size * cfg.buffer.batch_length:
         rollout = env.rollout(cfg.env.max_episode_steps, break_when_any_done=True)

@@ -51,7 +51,7 @@ from dreamer.envs.factory import close_env, configure_mujoco_gl, make_env
 from dreamer.algos.v1.learner import DreamerV1Learner
 from dreamer.algos.v1.models import build_models
 from dreamer.data.replay import make_replay_buffer, write
-from dreamer.system.resources import retain_freed_host_memory
+from dreamer.system.memory import retain_freed_host_memory
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE_CONFIG = REPO.parent / "shared" / "reference" / "torchrl-dreamer-v1-config.yaml"
@@ -117,13 +117,13 @@ class Ours:
         cfg.collector.num_workers = 0
         self.cfg = validate(cfg)
         device = torch.device("cpu")
-        env = make_env(cfg.env, state_dim=cfg.algo.state_dim, belief_dim=cfg.algo.rssm_hidden_dim)
+        env = make_env(cfg.env, cfg.algo)
         self.models = build_models(cfg, env, device)
         if not matmul_decoder:  # the same module and weights with TorchRL's forward: the before
             self.models.modules["decoder"].__class__ = ObsDecoder
         close_env(env)
         self.learner = DreamerV1Learner(self.cfg, self.models, device)
-        self.replay = make_replay_buffer(self.cfg, device)
+        self.replay = make_replay_buffer(self.cfg.buffer, device)
         for ep in episodes:
             steps = TRAJECTORY
             write(self.replay, TensorDict({

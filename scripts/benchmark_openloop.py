@@ -24,7 +24,7 @@ import torch
 from hydra.core.global_hydra import GlobalHydra
 from tensordict import TensorDict
 
-from dreamer.config import load_config, register_configs
+from dreamer.config import load_config, register_configs, to_dict
 from dreamer.envs.factory import PIXELS_KEY, close_env, make_env
 from dreamer.report.openloop import openloop_video
 from dreamer.report.logger import RunLogger
@@ -65,7 +65,7 @@ def main() -> None:
         parser.error("the open-loop report needs a pixel task, e.g. env=pendulum_pixels")
     device = torch.device("cpu")
     a = cfg.algo
-    env = make_env(cfg.env, state_dim=a.latent_state_dim, belief_dim=a.rssm_hidden_dim, seed=0)
+    env = make_env(cfg.env, cfg.algo, seed=0)
     build, learner_cls = ALGORITHMS[a.name]
     models = build(cfg, env, device)
     action_dim = env.action_spec_unbatched.shape[-1]
@@ -77,7 +77,7 @@ def main() -> None:
           f"{min(e.openloop_sequences, cfg.buffer.batch_size)} sequences, {args.threads} thread(s)")
 
     with tempfile.TemporaryDirectory() as run_dir:
-        logger = RunLogger(cfg, Path(run_dir))
+        logger = RunLogger(cfg.logger, Path(run_dir), run_name="benchmark_openloop", config=to_dict(cfg))
         grid_s, encode_s = [], []
         for rep in range(args.reps + 1):  # the first is a warm-up
             start = time.perf_counter()

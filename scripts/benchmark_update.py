@@ -48,11 +48,11 @@ def build(cfg):
 
     cfg.buffer.prefetch = 0
     a, cpu = cfg.algo, torch.device("cpu")
-    env = make_env(cfg.env, state_dim=a.latent_state_dim, belief_dim=a.rssm_hidden_dim, seed=cfg.seed)
+    env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
     build_models, learner_cls = ALGORITHMS[a.name]
     models = build_models(cfg, env, cpu)
     learner = learner_cls(cfg, models, cpu)
-    replay = make_replay_buffer(cfg, cpu)
+    replay = make_replay_buffer(cfg.buffer, cpu)
     steps = max(4 * cfg.buffer.batch_size * cfg.buffer.batch_length, 1000)
     with torch.no_grad():
         rollout = env.rollout(steps, models.policy(explore=True), break_when_any_done=False)

@@ -55,12 +55,12 @@ def test_workers_hold_no_dynamo_state_while_the_learner_compiles():
     PARENT_STATE_TOUCHED = True
 
     cfg = tiny_config()
-    env = make_env(cfg.env, state_dim=4, belief_dim=8)
+    env = make_env(cfg.env, cfg.algo)
     models = build_models(cfg, env, torch.device("cpu"))
     probe = TensorDictModule(DynamoProbe(), in_keys=["action"], out_keys=["probe_pid", "probe_dynamo_frames", "probe_inherited"])
     policy = TensorDictSequential(models.policy(explore=True), probe)
-    collector = make_collector(cfg, policy, random_frames=0, learner_threads=1)
-    replay = make_replay_buffer(cfg, torch.device("cpu"))
+    collector = make_collector(cfg.collector, cfg.env, cfg.algo, cfg.compile, policy, seed=cfg.seed, random_frames=0, learner_threads=1)
+    replay = make_replay_buffer(cfg.buffer, torch.device("cpu"))
     try:
         batches = iter(collector)
         first = next(batches)
@@ -97,14 +97,14 @@ class WeightProbe(nn.Module):
 
 def test_workers_act_with_the_weights_the_learner_pushes():
     cfg = tiny_config()
-    env = make_env(cfg.env, state_dim=4, belief_dim=8)
+    env = make_env(cfg.env, cfg.algo)
     models = build_models(cfg, env, torch.device("cpu"))
     probe = WeightProbe()
     policy = TensorDictSequential(
         models.policy(explore=True),
         TensorDictModule(probe, in_keys=["action"], out_keys=["probe_marker"]),
     )
-    collector = make_collector(cfg, policy, random_frames=0, learner_threads=1)
+    collector = make_collector(cfg.collector, cfg.env, cfg.algo, cfg.compile, policy, seed=cfg.seed, random_frames=0, learner_threads=1)
     try:
         batches = iter(collector)
         assert (next(batches)["probe_marker"] == 0).all()
@@ -123,12 +123,12 @@ def test_compile_policy_compiles_inside_each_worker_not_in_the_parent():
 
     cfg = tiny_config()
     cfg.collector.compile_policy = True
-    env = make_env(cfg.env, state_dim=4, belief_dim=8)
+    env = make_env(cfg.env, cfg.algo)
     models = build_models(cfg, env, torch.device("cpu"))
     probe = TensorDictModule(DynamoProbe(), in_keys=["action"], out_keys=["probe_pid", "probe_dynamo_frames", "probe_inherited"])
     policy = TensorDictSequential(models.policy(explore=True), probe)
     frames_before = dynamo_utils.counters["frames"]["total"]
-    collector = make_collector(cfg, policy, random_frames=0, learner_threads=1)
+    collector = make_collector(cfg.collector, cfg.env, cfg.algo, cfg.compile, policy, seed=cfg.seed, random_frames=0, learner_threads=1)
     try:
         batches = iter(collector)
         for _ in range(3):

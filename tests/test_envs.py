@@ -13,13 +13,16 @@ import pytest
 import torch
 from torchrl.data import OneHot
 
-from dreamer.config import EnvConfig
+from dreamer.config import EnvConfig, load_config
 from dreamer.envs.factory import PIXELS_KEY, VECTOR_KEY, is_discrete, make_env, observation_key
 from dreamer.errors import UserError
 import helpers_unit  # (also sets headless SDL / MuJoCo settings)
 from helpers_unit import close_env
 
 STATE_DIM, BELIEF_DIM = 3, 5
+# The algo sections that size the policy's carry ("state", "belief") in every env.
+ALGO = load_config({"algo": {"state_dim": STATE_DIM, "rssm_hidden_dim": BELIEF_DIM}}).algo
+TINY_ALGO = load_config({"algo": {"state_dim": 1, "rssm_hidden_dim": 1}}).algo
 
 
 @pytest.fixture
@@ -27,7 +30,7 @@ def env_of():
     envs = []
 
     def make(**kw):
-        env = make_env(EnvConfig(**kw), state_dim=STATE_DIM, belief_dim=BELIEF_DIM, seed=0)
+        env = make_env(EnvConfig(**kw), ALGO, seed=0)
         envs.append(env)
         return env
 
@@ -49,6 +52,21 @@ def _check_common_contract(rollout, steps):
         atol=1e-5,
     )
     assert rollout["next", "step_count"][-1].item() == steps
+
+
+@pytest.mark.parametrize("algo", ["dreamer_v1", "dreamer_v3"])
+def test_the_env_carry_is_sized_from_the_algo_section(algo):
+    """Every caller passes the algo section; the env derives the carry sizes itself:
+    V1's Gaussian state_dim, V3's num_categoricals x num_classes one-hots."""
+    sizes = {"state_dim": 7} if algo == "dreamer_v1" else {"num_categoricals": 4, "num_classes": 6, "gru_blocks": 2}
+    a = load_config({"algo": {"name": algo, "rssm_hidden_dim": 16, **sizes}}).algo
+    env = make_env(EnvConfig(name="Pendulum-v1"), a, seed=0)
+    try:
+        td = env.reset()
+        expected_state = 7 if algo == "dreamer_v1" else 4 * 6
+        assert td["state"].shape == (expected_state,) and td["belief"].shape == (16,)
+    finally:
+        close_env(env)
 
 
 def test_gymnasium_state_env(env_of):
@@ -76,7 +94,7 @@ def test_gymnasium_pixels_env(env_of):
 
 
 def test_record_pixels_adds_frames_to_a_state_env():
-    env = make_env(EnvConfig(name="Pendulum-v1"), state_dim=1, belief_dim=1, record_pixels=True)
+    env = make_env(EnvConfig(name="Pendulum-v1"), TINY_ALGO, record_pixels=True)
     try:
         td = env.rollout(2)
         assert td[VECTOR_KEY].shape == (2, 3)
@@ -151,7 +169,7 @@ def _listed(msg: str) -> list[str]:
 def test_unknown_env_name_lists_valid_names(backend, bad, known):
     cfg = EnvConfig(backend=backend, name=bad, from_pixels=True)
     with pytest.raises(UserError) as err:
-        make_env(cfg, state_dim=1, belief_dim=1)
+        make_env(cfg, TINY_ALGO)
     msg = str(err.value)
     assert re.search(re.escape(repr(bad)), msg)
     assert "available" in msg
@@ -162,9 +180,9 @@ def test_unknown_env_name_lists_valid_names(backend, bad, known):
 @pytest.mark.parametrize("backend", ["dm_control", "atari"])
 def test_listed_names_are_accepted(backend):
     with pytest.raises(UserError) as err:
-        make_env(EnvConfig(backend=backend, name="no-such-env", from_pixels=True), state_dim=1, belief_dim=1)
+        make_env(EnvConfig(backend=backend, name="no-such-env", from_pixels=True), TINY_ALGO)
     name = _listed(str(err.value))[0]
-    env = make_env(EnvConfig(backend=backend, name=name, from_pixels=True), state_dim=1, belief_dim=1)
+    env = make_env(EnvConfig(backend=backend, name=name, from_pixels=True), TINY_ALGO)
     try:
         assert env.rollout(1)[PIXELS_KEY].dtype == torch.uint8
     finally:
@@ -178,9 +196,9 @@ def test_check_env_on_dm_control_leaves_no_garbage_that_hangs_the_process():
     # A subprocess with a timeout, so a hang fails this test instead of the suite.
     code = (
         "import gc\n"
-        "from dreamer.config import EnvConfig\n"
+        "from dreamer.config import EnvConfig, load_config\n"
         "from dreamer.envs.factory import check_env\n"
-        "check_env(EnvConfig(backend='dm_control', name='cartpole-balance', from_pixels=True))\n"
+        "check_env(EnvConfig(backend='dm_control', name='cartpole-balance', from_pixels=True), load_config({}).algo)\n"
         "gc.collect()\n"
         "print('collected', flush=True)\n"
     )
@@ -239,7 +257,7 @@ def test_env_import_registers_the_users_env_before_it_is_looked_up(custom_env_mo
     module, env_id = custom_env_module
     assert env_id not in gymnasium.registry  # nothing registered it yet: env.import must
     cfg = EnvConfig(backend="gymnasium", name=env_id, import_=module, action_repeat=1)
-    env = make_env(cfg, state_dim=STATE_DIM, belief_dim=BELIEF_DIM, seed=0)
+    env = make_env(cfg, ALGO, seed=0)
     try:
         td = env.rollout(5)
         assert td[VECTOR_KEY].shape == (5, 2) and td[VECTOR_KEY].dtype == torch.float32
@@ -252,7 +270,7 @@ def test_env_import_registers_the_users_env_before_it_is_looked_up(custom_env_mo
 def test_env_import_of_a_missing_module_is_one_line_naming_module_and_key():
     cfg = EnvConfig(backend="gymnasium", name="Whatever-v0", import_="no_such_pkg.envs")
     with pytest.raises(UserError) as err:
-        make_env(cfg, state_dim=1, belief_dim=1)
+        make_env(cfg, TINY_ALGO)
     msg = str(err.value)
     assert msg.startswith("env.import=no_such_pkg.envs: cannot import it") and "PYTHONPATH" in msg
     assert "\n" not in msg
@@ -262,7 +280,7 @@ def test_env_import_that_does_not_register_the_name_says_so(custom_env_module):
     module, env_id = custom_env_module
     cfg = EnvConfig(backend="gymnasium", name="Typo" + env_id, import_=module)
     with pytest.raises(UserError) as err:
-        make_env(cfg, state_dim=1, belief_dim=1)
+        make_env(cfg, TINY_ALGO)
     msg = str(err.value)
     assert f"env.import={module} did not register it" in msg
     assert env_id in _listed(msg)  # what it did register is offered

@@ -88,7 +88,7 @@ def test_bad_bounds_are_refused_once_at_build_time():
 
 def test_imagined_rollout_runs_the_whole_horizon_without_testing_done(monkeypatch):
     cfg = tiny_config()
-    env = make_env(cfg.env, state_dim=cfg.algo.state_dim, belief_dim=cfg.algo.rssm_hidden_dim, seed=0)
+    env = make_env(cfg.env, cfg.algo, seed=0)
     try:
         models = build_models(cfg, env, torch.device("cpu"))
     finally:

@@ -35,8 +35,7 @@ def _setup(pixels: bool, **env_overrides):
     """Tiny config, its env, and batch_size*batch_length steps the exploration
     policy collected, reduced to what the replay buffer stores."""
     cfg = tiny_config(pixels=pixels, **env_overrides)
-    a = cfg.algo
-    env = make_env(cfg.env, state_dim=a.state_dim, belief_dim=a.rssm_hidden_dim, seed=0)
+    env = make_env(cfg.env, cfg.algo, seed=0)
     torch.manual_seed(0)
     steps = cfg.buffer.batch_size * cfg.buffer.batch_length
     try:

@@ -49,7 +49,7 @@ def setup(request):
     """Untrained tiny pixel models of one algorithm and its learner (for ``prepare``)."""
     cfg = _config(request.param)
     build, learner_cls = ALGOS[request.param]
-    env = make_env(cfg.env, state_dim=cfg.algo.latent_state_dim, belief_dim=cfg.algo.rssm_hidden_dim, seed=0)
+    env = make_env(cfg.env, cfg.algo, seed=0)
     try:
         torch.manual_seed(0)
         models = build(cfg, env, CPU)
@@ -157,14 +157,14 @@ def test_context_must_leave_a_step_to_predict():
     cfg.eval.openloop_context = 5
     with pytest.raises(UserError, match=r"eval.openloop_context=5 leaves no step to predict in "
                                         r"buffer.batch_length=5 sequences: set eval.openloop_context<=4"):
-        check_openloop_config(cfg)
+        check_openloop_config(cfg.eval, cfg.env, cfg.buffer.batch_length)
     cfg.eval.openloop_context = 4
-    check_openloop_config(cfg)
+    check_openloop_config(cfg.eval, cfg.env, cfg.buffer.batch_length)
     # No report, nothing to check: openloop off, or no images (state observations).
     cfg.eval.openloop, cfg.eval.openloop_context = False, 5
-    check_openloop_config(cfg)
-    assert not openloop_enabled(cfg)
+    check_openloop_config(cfg.eval, cfg.env, cfg.buffer.batch_length)
+    assert not openloop_enabled(cfg.eval, cfg.env)
     states = tiny_config()
     states.eval.openloop_context = 5
-    check_openloop_config(states)
-    assert states.eval.openloop and not openloop_enabled(states)
+    check_openloop_config(states.eval, states.env, states.buffer.batch_length)
+    assert states.eval.openloop and not openloop_enabled(states.eval, states.env)

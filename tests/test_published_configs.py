@@ -97,7 +97,8 @@ def test_dmc_presets_replay_as_much_per_env_frame_as_published(compose, preset):
 
 @pytest.fixture(scope="module")
 def pixel_env():
-    env = make_env(load_config({"env": {"from_pixels": True}}).env, state_dim=1, belief_dim=1)
+    cfg = load_config({"env": {"from_pixels": True}})
+    env = make_env(cfg.env, cfg.algo)
     yield env
     close_env(env)
 

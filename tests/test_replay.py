@@ -34,7 +34,7 @@ def _pixel_buffer(capacity=200, batch_size=2, batch_length=5, prefetch=0):
     cfg.buffer.batch_size = batch_size
     cfg.buffer.batch_length = batch_length
     cfg.buffer.prefetch = prefetch
-    return cfg, make_replay_buffer(cfg, CPU)
+    return cfg, make_replay_buffer(cfg.buffer, CPU)
 
 
 def _storage_td(rb) -> TensorDict:
@@ -345,7 +345,7 @@ def test_check_capacity_refuses_a_buffer_larger_than_free_ram(monkeypatch):
     free = 2 * 2**30
     monkeypatch.setattr(dreamer_replay.psutil, "virtual_memory", lambda: SimpleNamespace(available=free))
     with pytest.raises(UserError) as err:
-        check_capacity(cfg, step_bytes)
+        check_capacity(cfg.buffer, step_bytes)
     msg = str(err.value)
     assert "buffer.capacity" in msg
     # The suggested capacity fits.
@@ -357,7 +357,7 @@ def test_check_capacity_accepts_a_buffer_that_fits(monkeypatch):
     cfg = tiny_config(pixels=True)
     cfg.buffer.capacity = 1000
     monkeypatch.setattr(dreamer_replay.psutil, "virtual_memory", lambda: SimpleNamespace(available=2**40))
-    assert check_capacity(cfg, 100) == 1000 * 100
+    assert check_capacity(cfg.buffer, 100) == 1000 * 100
 
 
 def test_pin_memory_on_without_cuda_is_a_user_error(monkeypatch):
@@ -365,4 +365,4 @@ def test_pin_memory_on_without_cuda_is_a_user_error(monkeypatch):
     cfg = tiny_config()
     cfg.buffer.pin_memory = "on"
     with pytest.raises(UserError, match="buffer.pin_memory"):
-        make_replay_buffer(cfg, CPU)
+        make_replay_buffer(cfg.buffer, CPU)

@@ -14,21 +14,22 @@ from tensordict.nn import TensorDictModuleBase
 from torchrl.collectors import BaseCollector, Collector, MultiAsyncCollector
 
 from dreamer.system.compile import compile_kwargs
-from dreamer.config import Config
+from dreamer.config import CollectorConfig, CompileConfig, EnvConfig
 from dreamer.envs.factory import env_factory
 from dreamer.run.signals import ignore_stop_signals
 from torchrl_ext import LivenessCheckedSharedMemWeightSyncScheme
 
 
-def resolve_num_workers(cfg: Config) -> int:
+def resolve_num_workers(collector_cfg: CollectorConfig) -> int:
     """Workers = cores minus one for the learner (at least one); 0 = in-process."""
-    if cfg.collector.num_workers is not None:
-        return cfg.collector.num_workers
+    if collector_cfg.num_workers is not None:
+        return collector_cfg.num_workers
     return max(1, (os.cpu_count() or 1) - 1)
 
 
 def make_collector(
-    cfg: Config, policy: TensorDictModuleBase, *, random_frames: int, learner_threads: int,
+    collector_cfg: CollectorConfig, env_cfg: EnvConfig, algo_cfg, compile_cfg: CompileConfig,
+    policy: TensorDictModuleBase, *, seed: int, random_frames: int, learner_threads: int,
     worker_hook: Callable | None = None, rank: int = 0,
 ) -> BaseCollector:
     """An endless collector yielding (frames_per_batch,) batches from one env each.
@@ -37,20 +38,20 @@ def make_collector(
     first; 0 on resume. ``worker_hook`` runs in each worker process after each
     of its rollouts (the profiler's tracer); an in-process collector (0
     workers) does not run it, as the learner's own trace covers collection.
-    ``rank`` (data-parallel learners) gives each rank's workers their own env seeds.
+    ``rank`` (data-parallel learners) gives each rank's workers their own env
+    seeds; ``algo_cfg`` sizes the policy's carry in every env.
     """
-    workers = resolve_num_workers(cfg)
-    c = cfg.collector
+    c = collector_cfg
+    workers = resolve_num_workers(c)
     factories = [
-        env_factory(cfg.env, state_dim=cfg.algo.latent_state_dim, belief_dim=cfg.algo.rssm_hidden_dim,
-                    seed=cfg.seed + 1000 * (i + 1) + 100_000 * rank)
+        env_factory(env_cfg, algo_cfg, seed=seed + 1000 * (i + 1) + 100_000 * rank)
         for i in range(max(workers, 1))
     ]
     common = dict(
         policy=policy,
         # Compiled in each worker process, never shipped compiled (torchrl
         # wraps it with compile_with_warmup: the first call runs eager).
-        compile_policy=compile_kwargs(cfg.compile) if c.compile_policy else None,
+        compile_policy=compile_kwargs(compile_cfg) if c.compile_policy else None,
         total_frames=-1,
         init_random_frames=random_frames,
         policy_device=torch.device(c.device),

@@ -19,7 +19,7 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
 
-from dreamer.config import Config
+from dreamer.config import BufferConfig
 from dreamer.errors import UserError
 from torchrl_ext import PinnedLazyTensorStorage, PlainWriteReplayBuffer, SliceCursorWriter
 
@@ -39,8 +39,8 @@ def stored_keys(obs_key: str) -> list:
     ]
 
 
-def use_pinned_memory(cfg: Config, device: torch.device) -> bool:
-    choice = cfg.buffer.pin_memory
+def use_pinned_memory(buffer_cfg: BufferConfig, device: torch.device) -> bool:
+    choice = buffer_cfg.pin_memory
     if choice == "on" and not torch.cuda.is_available():
         raise UserError("buffer.pin_memory=on needs CUDA; use buffer.pin_memory=auto or off")
     return choice == "on" or (choice == "auto" and device.type == "cuda")
@@ -54,9 +54,9 @@ def _to_device(batch: TensorDictBase, device: torch.device, pin: bool) -> Tensor
     return batch.to(device, non_blocking=pin)
 
 
-def make_replay_buffer(cfg: Config, device: torch.device) -> TensorDictReplayBuffer:
-    b = cfg.buffer
-    pin = use_pinned_memory(cfg, device)
+def make_replay_buffer(buffer_cfg: BufferConfig, device: torch.device) -> TensorDictReplayBuffer:
+    b = buffer_cfg
+    pin = use_pinned_memory(b, device)
     storage = (
         PinnedLazyTensorStorage(b.capacity, pin_memory=True) if pin else LazyTensorStorage(b.capacity)
     )
@@ -93,14 +93,14 @@ def bytes_per_step(step: TensorDictBase, obs_key: str) -> int:
     return sum(t.element_size() * t.numel() for t in kept.values(True, True))
 
 
-def check_capacity(cfg: Config, step_bytes: int) -> int:
+def check_capacity(buffer_cfg: BufferConfig, step_bytes: int) -> int:
     """Refuse a buffer that cannot fit in free RAM; returns the bytes it will use."""
-    need = cfg.buffer.capacity * step_bytes
+    need = buffer_cfg.capacity * step_bytes
     free = psutil.virtual_memory().available
     if need > 0.8 * free:
         fit = int(0.8 * free / step_bytes)
         raise UserError(
-            f"buffer.capacity={cfg.buffer.capacity} needs {need / 2**30:.1f} GiB but only "
+            f"buffer.capacity={buffer_cfg.capacity} needs {need / 2**30:.1f} GiB but only "
             f"{free / 2**30:.1f} GiB is free: set buffer.capacity<={fit}"
         )
     return need

@@ -235,18 +235,20 @@ def _base_env(env_cfg: EnvConfig, device: torch.device, pixels: bool, pixels_onl
 
 def make_env(
     env_cfg: EnvConfig,
+    algo_cfg,
     *,
-    state_dim: int,
-    belief_dim: int,
     seed: int | None = None,
     device: str | torch.device = "cpu",
     record_pixels: bool = False,
 ) -> TransformedEnv:
     """One environment with the contract described in the module docstring.
 
-    ``record_pixels`` adds uint8 frames to a state-observation env (for videos);
-    pixel envs always have them.
+    ``algo_cfg`` (the ``algo`` section) sizes the policy's carry: ``"state"``
+    is its ``latent_state_dim``, ``"belief"`` its ``rssm_hidden_dim``, derived
+    here once for every caller. ``record_pixels`` adds uint8 frames to a
+    state-observation env (for videos); pixel envs always have them.
     """
+    state_dim, belief_dim = algo_cfg.latent_state_dim, algo_cfg.rssm_hidden_dim
     import_env_module(env_cfg)
     device = torch.device(device)
     obs_key = observation_key(env_cfg)
@@ -282,11 +284,9 @@ def make_env(
     return env
 
 
-def env_factory(env_cfg: EnvConfig, *, state_dim: int, belief_dim: int, seed: int) -> Callable[[], EnvBase]:
+def env_factory(env_cfg: EnvConfig, algo_cfg, *, seed: int) -> Callable[[], EnvBase]:
     """A picklable zero-argument constructor, for spawned collector workers."""
-    return functools.partial(
-        make_env, env_cfg, state_dim=state_dim, belief_dim=belief_dim, seed=seed
-    )
+    return functools.partial(make_env, env_cfg, algo_cfg, seed=seed)
 
 
 def close_env(env: EnvBase) -> None:
@@ -303,9 +303,9 @@ def close_env(env: EnvBase) -> None:
     env.close()
 
 
-def check_env(env_cfg: EnvConfig) -> None:
+def check_env(env_cfg: EnvConfig, algo_cfg) -> None:
     """Fail fast in the main process (one line) instead of inside a worker."""
-    close_env(make_env(env_cfg, state_dim=1, belief_dim=1))
+    close_env(make_env(env_cfg, algo_cfg))
 
 
 def is_discrete(env: EnvBase) -> bool:

@@ -13,13 +13,16 @@ from pathlib import Path
 import torch
 from torchrl.record.loggers import Logger, get_logger
 
-from dreamer.config import Config, to_dict
+from dreamer.config import LoggerConfig
 
 
 class RunLogger:
-    """``enabled=False`` (data-parallel ranks other than 0) writes nothing."""
+    """``run_name`` names the run in W&B; ``config`` (the whole config as a dict)
+    is stored with it. ``enabled=False`` (data-parallel ranks other than 0)
+    writes nothing."""
 
-    def __init__(self, cfg: Config, run_dir: Path, enabled: bool = True):
+    def __init__(self, logger_cfg: LoggerConfig, run_dir: Path, *, run_name: str, config: dict,
+                 enabled: bool = True):
         self.enabled = enabled
         self.run_dir = Path(run_dir)
         self.logger: Logger | None = None
@@ -27,19 +30,19 @@ class RunLogger:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
-        name = "-".join(p for p in (cfg.experiment, cfg.env.name, cfg.model, f"s{cfg.seed}") if p)
-        if cfg.logger.backend == "wandb":
+        lc = logger_cfg
+        if lc.backend == "wandb":
             from torchrl.record.loggers.wandb import WandbLogger
 
             self.logger = WandbLogger(
-                name, save_dir=str(self.run_dir), project=cfg.logger.project,
-                offline=cfg.logger.mode == "offline", mode=cfg.logger.mode,
-                config=to_dict(cfg), group=cfg.logger.group, tags=list(cfg.logger.tags),
+                run_name, save_dir=str(self.run_dir), project=lc.project,
+                offline=lc.mode == "offline", mode=lc.mode,
+                config=config, group=lc.group, tags=list(lc.tags),
                 # torchrl defaults to resume="allow", which asks the server (and
                 # prompts for a login) even offline.
                 resume=None,
             )
-        elif cfg.logger.backend == "csv":
+        elif lc.backend == "csv":
             self.logger = get_logger("csv", logger_name=str(self.run_dir), experiment_name="csv")
 
     def log(self, record: dict) -> None:

@@ -20,7 +20,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from dreamer.config import Config
+from dreamer.config import EnvConfig, EvalConfig
 from dreamer.envs.factory import PIXELS_KEY, observation_key
 from dreamer.errors import UserError
 
@@ -29,15 +29,15 @@ from dreamer.errors import UserError
 ERROR_GAIN = 4
 
 
-def openloop_enabled(cfg: Config) -> bool:
+def openloop_enabled(eval_cfg: EvalConfig, env_cfg: EnvConfig) -> bool:
     """The report needs images: state-observation tasks skip it."""
-    return cfg.eval.openloop and observation_key(cfg.env) == PIXELS_KEY
+    return eval_cfg.openloop and observation_key(env_cfg) == PIXELS_KEY
 
 
-def check_openloop_config(cfg: Config) -> None:
+def check_openloop_config(eval_cfg: EvalConfig, env_cfg: EnvConfig, batch_length: int) -> None:
     """At least one step must be left to predict after the observed context."""
-    e, length = cfg.eval, cfg.buffer.batch_length
-    if openloop_enabled(cfg) and e.openloop_context >= length:
+    e, length = eval_cfg, batch_length
+    if openloop_enabled(eval_cfg, env_cfg) and e.openloop_context >= length:
         raise UserError(
             f"eval.openloop_context={e.openloop_context} leaves no step to predict in "
             f"buffer.batch_length={length} sequences: set eval.openloop_context<={length - 1} "

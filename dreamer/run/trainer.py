@@ -27,7 +27,9 @@ from dreamer.algos.v3.models import build_models_v3
 from dreamer.report.openloop import check_openloop_config, openloop_enabled, openloop_video
 from dreamer.system.profiling import TraceWindow
 from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buffer, write
-from dreamer.system.resources import resolve_autocast, resolve_device, resolve_threads, retain_freed_host_memory
+from dreamer.system.device import resolve_autocast, resolve_device
+from dreamer.system.memory import retain_freed_host_memory
+from dreamer.system.threads import resolve_threads
 from dreamer.report.logger import RunLogger
 from dreamer.run.signals import StopRequest
 from dreamer.data.supervisor import SupervisedCollector, WorkerDied
@@ -62,28 +64,27 @@ class Trainer:
         self.cfg, self.run_dir, self.ranks = cfg, Path(run_dir), ranks
         budget = cfg.train.max_minutes
         self.deadline = None if budget is None else self.started + 60.0 * budget
-        check_env(cfg.env)  # a bad env name fails here, in one line, not in a worker
-        check_openloop_config(cfg)
+        check_env(cfg.env, cfg.algo)  # a bad env name fails here, in one line, not in a worker
+        check_openloop_config(cfg.eval, cfg.env, cfg.buffer.batch_length)
 
-        self.device = distributed.rank_device(resolve_device(cfg), ranks)
-        workers = resolve_num_workers(cfg)
-        threads = resolve_threads(cfg, workers)
+        self.device = distributed.rank_device(resolve_device(cfg.device), ranks)
+        workers = resolve_num_workers(cfg.collector)
+        threads = resolve_threads(cfg.threads, workers)
         torch.set_num_threads(threads)
         retained = cfg.retain_host_memory and retain_freed_host_memory()
         torch.manual_seed(cfg.seed)
-        autocast = resolve_autocast(cfg, self.device)
+        autocast = resolve_autocast(cfg.autocast, self.device)
         log.info(
             "device=%s workers=%d learner_threads=%d autocast=%s retain_host_memory=%s", self.device,
             workers, torch.get_num_threads(), autocast, retained,
         )
 
-        a = cfg.algo
-        proof_env = make_env(cfg.env, state_dim=a.latent_state_dim, belief_dim=a.rssm_hidden_dim, seed=cfg.seed)
+        proof_env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
         build, learner_cls = ALGORITHMS[cfg.algo.name]
         self.models = build(cfg, proof_env, self.device)
         step_bytes = bytes_per_step(proof_env.rollout(1), self.models.obs_key)
         close_env(proof_env)
-        need = check_capacity(cfg, step_bytes)
+        need = check_capacity(cfg.buffer, step_bytes)
         log.info("replay: %d steps x %d bytes = %.2f GiB", cfg.buffer.capacity, step_bytes, need / 2**30)
 
         # Before the workers spawn (they inherit the cache dir) and before any compile.
@@ -101,7 +102,8 @@ class Trainer:
         # (a restart after a worker died spawns fresh interpreters: still clean).
         self.collector = SupervisedCollector(
             lambda restarted: make_collector(
-                cfg, self.models.policy(explore=True), random_frames=0 if restarted else random_frames,
+                cfg.collector, cfg.env, cfg.algo, cfg.compile, self.models.policy(explore=True), seed=cfg.seed,
+                random_frames=0 if restarted else random_frames,
                 learner_threads=threads, worker_hook=self.trace_window.collector_hook(), rank=ranks.rank,
             ),
             restart=cfg.collector.restart_on_failure, max_restarts=cfg.collector.max_restarts,
@@ -110,12 +112,9 @@ class Trainer:
 
         try:
             self.learner = learner_cls(cfg, self.models, self.device, autocast)
-            self.replay = make_replay_buffer(cfg, self.device)
+            self.replay = make_replay_buffer(cfg.buffer, self.device)
             self.learner.compile()
-            self.eval_env = make_env(
-                cfg.env, state_dim=a.latent_state_dim, belief_dim=a.rssm_hidden_dim,
-                seed=cfg.seed + 10**6, record_pixels=cfg.eval.video,
-            )
+            self.eval_env = make_env(cfg.env, cfg.algo, seed=cfg.seed + 10**6, record_pixels=cfg.eval.video)
             self.eval_policy = self.models.policy(explore=False)
 
             updates_per_step = cfg.train.train_ratio / (cfg.buffer.batch_size * cfg.buffer.batch_length)
@@ -124,7 +123,9 @@ class Trainer:
             self.log_due = Every(cfg.logger.log_every)
             self.eval_due = Every(cfg.eval.every)
             self.checkpoint_due = Every(cfg.checkpoint.every)
-            self.logger = RunLogger(cfg, self.run_dir, enabled=ranks.is_main)
+            run_name = "-".join(p for p in (cfg.experiment, cfg.env.name, cfg.model, f"s{cfg.seed}") if p)
+            self.logger = RunLogger(cfg.logger, self.run_dir, run_name=run_name, config=to_dict(cfg),
+                                    enabled=ranks.is_main)
             self.last_eval: EvalResult | None = None
             self.warm = False
             if self.resumed_state is not None:
@@ -209,7 +210,7 @@ class Trainer:
         self.logger.log(record)
         if result.frames is not None:
             self.logger.log_video(result.frames, "eval_video", self.counters.frames)
-        if openloop_enabled(c) and self.warm:  # warm: replay holds whole sequences
+        if openloop_enabled(c.eval, c.env) and self.warm:  # warm: replay holds whole sequences
             self._log_openloop()
         self.counters.timers["eval_s"] += time.perf_counter() - start
 

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from dreamer.config import Config
+from dreamer.config import DistributedConfig
 
 log = logging.getLogger("dreamer")
 
@@ -51,13 +51,13 @@ def ranks_from_env(environ: Mapping[str, str]) -> Ranks:
     return Ranks(int(environ.get("RANK", 0)), int(environ.get("WORLD_SIZE", 1)), int(environ.get("LOCAL_RANK", 0)))
 
 
-def setup(cfg: Config, ranks: Ranks) -> None:
-    """Join the process group (torchrun's env:// rendezvous)."""
+def setup(distributed_cfg: DistributedConfig, device: str, ranks: Ranks) -> None:
+    """Join the process group (torchrun's env:// rendezvous); ``device`` as configured."""
     if not ranks.enabled:
         return
-    backend = cfg.distributed.backend
+    backend = distributed_cfg.backend
     if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() and cfg.device != "cpu" else "gloo"
+        backend = "nccl" if torch.cuda.is_available() and device != "cpu" else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(ranks.local_rank)
     dist.init_process_group(backend=backend)

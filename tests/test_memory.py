@@ -1,4 +1,4 @@
-"""dreamer/resources.py: the learner process keeps freed host memory for reuse."""
+"""dreamer/system/memory.py: the learner process keeps freed host memory for reuse."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ REFILL_FAULTS = textwrap.dedent(
     f"""
     import ctypes, json, resource, sys
     import torch
-    from dreamer.system.resources import retain_freed_host_memory
+    from dreamer.system.memory import retain_freed_host_memory
 
     ctypes.CDLL("libc.so.6").prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE: 4 KiB pages whatever the host's THP
 
