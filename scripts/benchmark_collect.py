@@ -25,7 +25,8 @@ import torch.nn.functional as F
 
 from dreamer.data.collectors import make_collector
 from dreamer.config import Config
-from dreamer.envs.factory import close_env, configure_mujoco_gl, make_env
+from dreamer.envs.factory import close_env, make_env
+from dreamer.envs.rendering import configure_mujoco_gl
 from dreamer.algos.v1.models import build_models
 from dreamer.data.replay import bytes_per_step
 
@@ -49,7 +50,8 @@ def ours_fps(cfg: Config, batches: int, with_policy: bool) -> float:
     close_env(env)
     random_frames = 0 if with_policy else 10**12
     collector = make_collector(cfg.collector, cfg.env, cfg.algo, cfg.compile, models.policy(explore=True),
-                               seed=cfg.seed, random_frames=random_frames, learner_threads=1)
+                               seed=cfg.seed, workers=cfg.collector.num_workers, random_frames=random_frames,
+                               learner_threads=1)
     try:
         it = iter(collector)
         for _ in range(cfg.collector.num_workers):

@@ -49,7 +49,8 @@ def child(experiment: str, cache_dir: str, artifact: str | None, save_to: str | 
 
     from dreamer.system import compile_cache
     from dreamer.config import load_config, register_configs
-    from dreamer.envs.factory import close_env, configure_mujoco_gl, make_env
+    from dreamer.envs.factory import close_env, make_env
+    from dreamer.envs.rendering import configure_mujoco_gl
     from dreamer.algos.v1.learner import DreamerV1Learner
     from dreamer.algos.v1.models import build_models
     from dreamer.data.replay import make_replay_buffer, write

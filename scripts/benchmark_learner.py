@@ -47,7 +47,8 @@ from torchrl.envs.transforms import ObservationTransform, Resize
 from torchrl.modules import ObsDecoder
 
 from dreamer.config import Config, validate
-from dreamer.envs.factory import close_env, configure_mujoco_gl, make_env
+from dreamer.envs.factory import close_env, make_env
+from dreamer.envs.rendering import configure_mujoco_gl
 from dreamer.algos.v1.learner import DreamerV1Learner
 from dreamer.algos.v1.models import build_models
 from dreamer.data.replay import make_replay_buffer, write

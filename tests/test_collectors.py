@@ -59,7 +59,10 @@ def test_workers_hold_no_dynamo_state_while_the_learner_compiles():
     models = build_models(cfg, env, torch.device("cpu"))
     probe = TensorDictModule(DynamoProbe(), in_keys=["action"], out_keys=["probe_pid", "probe_dynamo_frames", "probe_inherited"])
     policy = TensorDictSequential(models.policy(explore=True), probe)
-    collector = make_collector(cfg.collector, cfg.env, cfg.algo, cfg.compile, policy, seed=cfg.seed, random_frames=0, learner_threads=1)
+    collector = make_collector(
+        cfg.collector, cfg.env, cfg.algo, cfg.compile, policy, seed=cfg.seed,
+        workers=cfg.collector.num_workers, random_frames=0, learner_threads=1,
+    )
     replay = make_replay_buffer(cfg.buffer, torch.device("cpu"))
     try:
         batches = iter(collector)
@@ -104,7 +107,10 @@ def test_workers_act_with_the_weights_the_learner_pushes():
         models.policy(explore=True),
         TensorDictModule(probe, in_keys=["action"], out_keys=["probe_marker"]),
     )
-    collector = make_collector(cfg.collector, cfg.env, cfg.algo, cfg.compile, policy, seed=cfg.seed, random_frames=0, learner_threads=1)
+    collector = make_collector(
+        cfg.collector, cfg.env, cfg.algo, cfg.compile, policy, seed=cfg.seed,
+        workers=cfg.collector.num_workers, random_frames=0, learner_threads=1,
+    )
     try:
         batches = iter(collector)
         assert (next(batches)["probe_marker"] == 0).all()
@@ -128,7 +134,10 @@ def test_compile_policy_compiles_inside_each_worker_not_in_the_parent():
     probe = TensorDictModule(DynamoProbe(), in_keys=["action"], out_keys=["probe_pid", "probe_dynamo_frames", "probe_inherited"])
     policy = TensorDictSequential(models.policy(explore=True), probe)
     frames_before = dynamo_utils.counters["frames"]["total"]
-    collector = make_collector(cfg.collector, cfg.env, cfg.algo, cfg.compile, policy, seed=cfg.seed, random_frames=0, learner_threads=1)
+    collector = make_collector(
+        cfg.collector, cfg.env, cfg.algo, cfg.compile, policy, seed=cfg.seed,
+        workers=cfg.collector.num_workers, random_frames=0, learner_threads=1,
+    )
     try:
         batches = iter(collector)
         for _ in range(3):

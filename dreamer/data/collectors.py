@@ -6,7 +6,6 @@ so workers start clean (spawn, not fork) and never inherit compiler state.
 
 from __future__ import annotations
 
-import os
 from typing import Callable
 
 import torch
@@ -20,19 +19,13 @@ from dreamer.run.signals import ignore_stop_signals
 from torchrl_ext import LivenessCheckedSharedMemWeightSyncScheme
 
 
-def resolve_num_workers(collector_cfg: CollectorConfig) -> int:
-    """Workers = cores minus one for the learner (at least one); 0 = in-process."""
-    if collector_cfg.num_workers is not None:
-        return collector_cfg.num_workers
-    return max(1, (os.cpu_count() or 1) - 1)
-
-
 def make_collector(
     collector_cfg: CollectorConfig, env_cfg: EnvConfig, algo_cfg, compile_cfg: CompileConfig,
-    policy: TensorDictModuleBase, *, seed: int, random_frames: int, learner_threads: int,
+    policy: TensorDictModuleBase, *, seed: int, workers: int, random_frames: int, learner_threads: int,
     worker_hook: Callable | None = None, rank: int = 0,
 ) -> BaseCollector:
-    """An endless collector yielding (frames_per_batch,) batches from one env each.
+    """An endless collector of ``workers`` processes (0 = in the calling
+    process) yielding (frames_per_batch,) batches from one env each.
 
     ``random_frames`` agent steps (summed over workers) use random actions
     first; 0 on resume. ``worker_hook`` runs in each worker process after each
@@ -42,7 +35,6 @@ def make_collector(
     seeds; ``algo_cfg`` sizes the policy's carry in every env.
     """
     c = collector_cfg
-    workers = resolve_num_workers(c)
     factories = [
         env_factory(env_cfg, algo_cfg, seed=seed + 1000 * (i + 1) + 100_000 * rank)
         for i in range(max(workers, 1))

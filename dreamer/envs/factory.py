@@ -34,6 +34,7 @@ from torchrl.envs import (
 )
 
 from dreamer.config import EnvConfig
+from dreamer.envs.rendering import configure_mujoco_gl
 from dreamer.errors import UserError
 
 PIXELS_KEY = "pixels"
@@ -42,23 +43,6 @@ VECTOR_KEY = "observation"
 
 def observation_key(env_cfg: EnvConfig) -> str:
     return PIXELS_KEY if env_cfg.from_pixels or env_cfg.backend == "atari" else VECTOR_KEY
-
-
-def configure_mujoco_gl() -> str:
-    """Pick MuJoCo's GL backend before dm_control is imported (user's choice wins).
-
-    A display -> glfw; a CUDA device -> egl; otherwise osmesa (software, headless).
-    Set in os.environ so spawned collector workers inherit it.
-    """
-    if "MUJOCO_GL" not in os.environ:
-        if os.environ.get("DISPLAY"):
-            os.environ["MUJOCO_GL"] = "glfw"
-        elif torch.cuda.is_available():
-            os.environ["MUJOCO_GL"] = "egl"
-        else:
-            os.environ["MUJOCO_GL"] = "osmesa"
-        os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
-    return os.environ["MUJOCO_GL"]
 
 
 class DownsampleUInt8(Transform):
@@ -315,6 +299,6 @@ def is_discrete(env: EnvBase) -> bool:
 
 
 __all__ = [
-    "PIXELS_KEY", "VECTOR_KEY", "observation_key", "configure_mujoco_gl", "make_env", "import_env_module",
+    "PIXELS_KEY", "VECTOR_KEY", "observation_key", "make_env", "import_env_module",
     "env_factory", "check_env", "close_env", "is_discrete", "DownsampleUInt8", "AtariNoopStart",
 ]

@@ -16,9 +16,10 @@ from dreamer.run import checkpoint as ckpt
 from dreamer.system import compile_cache, distributed
 from dreamer.run import health, preemption, resume
 from dreamer.run.cadence import Every, Ratio
-from dreamer.data.collectors import make_collector, resolve_num_workers
+from dreamer.data.collectors import make_collector
 from dreamer.config import Config, to_dict
 from dreamer.envs.factory import check_env, close_env, make_env
+from dreamer.envs.rendering import configure_mujoco_gl
 from dreamer.report.evaluation import EvalResult, evaluate
 from dreamer.algos.v1.learner import DreamerV1Learner
 from dreamer.algos.v3.learner import DreamerV3Learner
@@ -29,7 +30,7 @@ from dreamer.system.profiling import TraceWindow
 from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buffer, write
 from dreamer.system.device import resolve_autocast, resolve_device
 from dreamer.system.memory import retain_freed_host_memory
-from dreamer.system.threads import resolve_threads
+from dreamer.system.cpus import cpu_budget, split_cores
 from dreamer.report.logger import RunLogger
 from dreamer.run.signals import StopRequest
 from dreamer.data.supervisor import SupervisedCollector, WorkerDied
@@ -64,13 +65,17 @@ class Trainer:
         self.cfg, self.run_dir, self.ranks = cfg, Path(run_dir), ranks
         budget = cfg.train.max_minutes
         self.deadline = None if budget is None else self.started + 60.0 * budget
-        check_env(cfg.env, cfg.algo)  # a bad env name fails here, in one line, not in a worker
         check_openloop_config(cfg.eval, cfg.env, cfg.buffer.batch_length)
 
         self.device = distributed.rank_device(resolve_device(cfg.device), ranks)
-        workers = resolve_num_workers(cfg.collector)
-        threads = resolve_threads(cfg.threads, workers)
+        cpus = cpu_budget(ranks.local_world_size)
+        workers, threads = split_cores(cpus.cores, cfg.collector.num_workers, cfg.threads)
+        log.info("%s: %d collector worker(s), %d learner thread(s)", cpus.describe(), workers, threads)
         torch.set_num_threads(threads)
+        if cfg.env.backend == "dm_control":
+            # Probed once here; workers inherit it. Each rank renders on its own GPU under EGL.
+            configure_mujoco_gl(egl_device=self.device.index if self.device.type == "cuda" else None)
+        check_env(cfg.env, cfg.algo)  # a bad env name fails here, in one line, not in a worker
         retained = cfg.retain_host_memory and retain_freed_host_memory()
         torch.manual_seed(cfg.seed)
         autocast = resolve_autocast(cfg.autocast, self.device)
@@ -103,6 +108,7 @@ class Trainer:
         self.collector = SupervisedCollector(
             lambda restarted: make_collector(
                 cfg.collector, cfg.env, cfg.algo, cfg.compile, self.models.policy(explore=True), seed=cfg.seed,
+                workers=workers,
                 random_frames=0 if restarted else random_frames,
                 learner_threads=threads, worker_hook=self.trace_window.collector_hook(), rank=ranks.rank,
             ),

@@ -18,7 +18,6 @@ to get wrong.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -27,6 +26,7 @@ import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from dreamer.config import DistributedConfig
+from dreamer.errors import UserError
 
 log = logging.getLogger("dreamer")
 
@@ -36,6 +36,7 @@ class Ranks:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    local_world_size: int = 1  # ranks on this node (they share its cores)
 
     @property
     def enabled(self) -> bool:
@@ -47,8 +48,11 @@ class Ranks:
 
 
 def ranks_from_env(environ: Mapping[str, str]) -> Ranks:
-    """torchrun's RANK / WORLD_SIZE / LOCAL_RANK (read once, at the entry point)."""
-    return Ranks(int(environ.get("RANK", 0)), int(environ.get("WORLD_SIZE", 1)), int(environ.get("LOCAL_RANK", 0)))
+    """torchrun's RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE (read once, at the entry point)."""
+    return Ranks(
+        int(environ.get("RANK", 0)), int(environ.get("WORLD_SIZE", 1)), int(environ.get("LOCAL_RANK", 0)),
+        int(environ.get("LOCAL_WORLD_SIZE", 1)),
+    )
 
 
 def setup(distributed_cfg: DistributedConfig, device: str, ranks: Ranks) -> None:
@@ -73,8 +77,14 @@ def teardown(ranks: Ranks) -> None:
 
 
 def rank_device(device: torch.device, ranks: Ranks) -> torch.device:
-    """Each rank its own GPU (cuda -> cuda:LOCAL_RANK)."""
-    if ranks.enabled and device.type == "cuda" and device.index is None:
+    """Each rank its own GPU (cuda -> cuda:LOCAL_RANK); a fixed cuda:N would put
+    every rank on one GPU, so it is refused."""
+    if ranks.enabled and device.type == "cuda":
+        if device.index is not None:
+            raise UserError(
+                f"device={device} with {ranks.world_size} ranks would put every rank on one GPU: set "
+                "device=cuda (each rank takes cuda:LOCAL_RANK; choose GPUs with CUDA_VISIBLE_DEVICES)"
+            )
         return torch.device("cuda", ranks.local_rank)
     return device
 

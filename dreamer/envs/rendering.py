@@ -1,0 +1,79 @@
+"""MuJoCo's OpenGL backend (``MUJOCO_GL``), chosen once per run by trying to render.
+
+dm_control renders through whichever backend ``MUJOCO_GL`` names, and a
+backend whose library is missing fails deep inside PyOpenGL (``'NoneType'
+object has no attribute 'glGetError'``), or crashes. So an unset
+``MUJOCO_GL`` is resolved by rendering a tiny scene in a throwaway
+subprocess with each candidate in turn -- glfw (only with a display), egl
+(GPU or Mesa), osmesa (software) -- and the first that renders is set in
+``os.environ``, which spawned collector workers inherit. A ``MUJOCO_GL`` the
+user set wins and is not probed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Callable, Mapping, MutableMapping
+
+from dreamer.errors import UserError
+
+# What each backend needs from the system, for the error when none renders.
+INSTALL_HINTS = {
+    "glfw": "a display and libglfw3",
+    "egl": "libegl1 (with a GPU driver or Mesa)",
+    "osmesa": "libosmesa6",
+}
+
+_PROBE = """
+import mujoco
+model = mujoco.MjModel.from_xml_string('<mujoco><worldbody><geom size="1"/></worldbody></mujoco>')
+renderer = mujoco.Renderer(model, 8, 8)
+assert renderer.render().shape == (8, 8, 3)
+print("rendered")
+"""
+
+
+def renders(backend: str, timeout: float = 60.0) -> bool:
+    """True when MuJoCo renders an 8x8 frame with ``MUJOCO_GL=backend``, tried in
+    a subprocess (a broken GL library can crash the process that loads it)."""
+    env = {**os.environ, "MUJOCO_GL": backend, "PYOPENGL_PLATFORM": backend}
+    if backend == "glfw":
+        env.pop("PYOPENGL_PLATFORM")
+    try:
+        out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True,
+                             timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return out.returncode == 0 and "rendered" in out.stdout
+
+
+def candidates(environ: Mapping[str, str]) -> list[str]:
+    """Backends worth trying here, best first: glfw needs a display."""
+    return (["glfw"] if environ.get("DISPLAY") else []) + ["egl", "osmesa"]
+
+
+def configure_mujoco_gl(environ: MutableMapping[str, str] | None = None, *, egl_device: int | None = None,
+                        probe: Callable[[str], bool] = renders) -> str:
+    """Set ``MUJOCO_GL`` (and ``PYOPENGL_PLATFORM``) to a backend that renders here;
+    returns it. ``egl_device``: the GPU this rank renders on when EGL is used
+    (``MUJOCO_EGL_DEVICE_ID``, unless already set), so ranks do not all render on
+    GPU 0. Raises UserError naming what to install when none renders."""
+    environ = os.environ if environ is None else environ
+    backend = environ.get("MUJOCO_GL")
+    if backend is None:
+        tried = candidates(environ)
+        backend = next((b for b in tried if probe(b)), None)
+        if backend is None:
+            needs = ", ".join(f"{b}: {INSTALL_HINTS[b]}" for b in tried)
+            raise UserError(
+                f"MuJoCo cannot render here with any OpenGL backend (tried {', '.join(tried)}); install one "
+                f"({needs}; on Debian/Ubuntu: apt-get install libosmesa6), or set MUJOCO_GL"
+            )
+        environ["MUJOCO_GL"] = backend
+        if backend != "glfw":
+            environ.setdefault("PYOPENGL_PLATFORM", backend)
+    if backend == "egl" and egl_device is not None:
+        environ.setdefault("MUJOCO_EGL_DEVICE_ID", str(egl_device))
+    return backend

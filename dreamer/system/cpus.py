@@ -1,0 +1,90 @@
+"""How many CPU cores this process may use, and how they are split between
+collector workers and learner threads. Decided once at start, and logged.
+
+``os.cpu_count()`` counts every core of the node. On a cluster node that
+is wrong three ways: SLURM and ``taskset`` restrict the CPU affinity, a
+container or a SLURM cgroup caps CPU time with a quota, and several ranks
+(torchrun, one per GPU) share the node. Each rank takes its share of what is
+really usable: ``min(affinity, floor(quota)) // ranks_per_node``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _own_cgroup_dirs(root: Path, proc_cgroup: Path) -> list[Path]:
+    """This process's cgroup directories (v2 unified path, v1 ``cpu`` controller),
+    then the root: a container usually sees its own cgroup as the root."""
+    dirs: list[Path] = []
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        path = path.lstrip("/")
+        if controllers == "":  # cgroup v2
+            dirs.append(root / path)
+        elif "cpu" in controllers.split(","):  # cgroup v1
+            dirs.append(root / "cpu" / path)
+            dirs.append(root / "cpu,cpuacct" / path)
+    return dirs + [root, root / "cpu", root / "cpu,cpuacct"]
+
+
+def cgroup_cpu_quota(root: Path = CGROUP_ROOT, proc_cgroup: Path = Path("/proc/self/cgroup")) -> float | None:
+    """CPUs' worth of time the cgroup allows (e.g. 4.0), or None without a quota."""
+    for directory in _own_cgroup_dirs(root, proc_cgroup):
+        v2 = directory / "cpu.max"  # "max 100000" or "400000 100000"
+        if v2.is_file():
+            quota, _, period = v2.read_text().strip().partition(" ")
+            if quota != "max" and period:
+                return int(quota) / int(period)
+            return None
+        v1 = directory / "cpu.cfs_quota_us"  # -1 = no quota
+        if v1.is_file():
+            quota = int(v1.read_text().strip())
+            period_file = directory / "cpu.cfs_period_us"
+            if quota > 0 and period_file.is_file():
+                return quota / int(period_file.read_text().strip())
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class CpuBudget:
+    affinity: int  # cores this process may be scheduled on
+    quota: float | None  # cgroup CPU quota in cores; None = unlimited
+    ranks_per_node: int  # learner processes sharing this node
+    cores: int  # this rank's share: what workers and learner threads split
+
+    def describe(self) -> str:
+        quota = "none" if self.quota is None else f"{self.quota:g}"
+        return (f"cpus: affinity {self.affinity}, cgroup quota {quota}, {self.ranks_per_node} rank(s) per node "
+                f"-> {self.cores} for this rank")
+
+
+def cpu_budget(ranks_per_node: int = 1, *, root: Path = CGROUP_ROOT,
+               proc_cgroup: Path = Path("/proc/self/cgroup")) -> CpuBudget:
+    """This rank's cores: ``min(affinity, floor(quota)) // ranks_per_node``, at least 1."""
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = cgroup_cpu_quota(root, proc_cgroup)
+    usable = affinity if quota is None else min(affinity, max(1, math.floor(quota)))
+    return CpuBudget(affinity, quota, ranks_per_node, max(1, usable // max(1, ranks_per_node)))
+
+
+def split_cores(cores: int, num_workers: int | None, threads: int | None) -> tuple[int, int]:
+    """(collector worker processes, learner intra-op threads) out of ``cores``.
+
+    Unset (None) means: workers = cores minus one for the learner, at least
+    one; learner threads = the cores the workers leave free, at least one.
+    ``collector.num_workers`` / ``threads`` set by the user win.
+    """
+    workers = num_workers if num_workers is not None else max(1, cores - 1)
+    learner_threads = threads if threads is not None else max(1, cores - workers)
+    return workers, learner_threads

@@ -1,0 +1,74 @@
+"""dreamer/envs/rendering.py: MUJOCO_GL chosen by rendering, the user's choice kept, one line when nothing renders."""
+
+from __future__ import annotations
+
+import pytest
+
+from dreamer.envs.rendering import candidates, configure_mujoco_gl, renders
+from dreamer.errors import UserError
+
+
+class Probe:
+    """A fake probe: these backends render; records what was tried."""
+
+    def __init__(self, *working: str):
+        self.working, self.tried = set(working), []
+
+    def __call__(self, backend: str) -> bool:
+        self.tried.append(backend)
+        return backend in self.working
+
+
+def test_an_explicit_mujoco_gl_wins_and_is_not_probed():
+    environ, probe = {"MUJOCO_GL": "egl"}, Probe()
+    assert configure_mujoco_gl(environ, probe=probe) == "egl"
+    assert probe.tried == [] and "PYOPENGL_PLATFORM" not in environ
+
+
+def test_egl_is_used_headless_when_it_renders():
+    environ, probe = {}, Probe("egl", "osmesa")
+    assert configure_mujoco_gl(environ, probe=probe) == "egl"
+    assert environ == {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}
+    assert probe.tried == ["egl"]
+
+
+def test_osmesa_is_the_fallback_when_egl_does_not_render():
+    environ, probe = {}, Probe("osmesa")
+    assert configure_mujoco_gl(environ, probe=probe) == "osmesa"
+    assert environ["PYOPENGL_PLATFORM"] == "osmesa" and probe.tried == ["egl", "osmesa"]
+
+
+def test_glfw_is_tried_first_only_with_a_display():
+    assert candidates({}) == ["egl", "osmesa"]
+    environ, probe = {"DISPLAY": ":0"}, Probe("glfw", "egl")
+    assert configure_mujoco_gl(environ, probe=probe) == "glfw"
+    assert "PYOPENGL_PLATFORM" not in environ
+    environ, probe = {"DISPLAY": ":0"}, Probe("osmesa")  # a display that glfw cannot open
+    assert configure_mujoco_gl(environ, probe=probe) == "osmesa"
+    assert probe.tried == ["glfw", "egl", "osmesa"]
+
+
+def test_no_backend_renders_is_one_line_naming_what_to_install():
+    with pytest.raises(UserError) as err:
+        configure_mujoco_gl({}, probe=Probe())
+    message = str(err.value)
+    assert "\n" not in message
+    assert "tried egl, osmesa" in message and "libegl1" in message and "libosmesa6" in message
+
+
+def test_each_rank_renders_on_its_own_gpu_under_egl():
+    environ = {}
+    configure_mujoco_gl(environ, egl_device=3, probe=Probe("egl"))
+    assert environ["MUJOCO_EGL_DEVICE_ID"] == "3"
+    environ = {"MUJOCO_EGL_DEVICE_ID": "1"}  # the user's choice stays
+    configure_mujoco_gl(environ, egl_device=3, probe=Probe("egl"))
+    assert environ["MUJOCO_EGL_DEVICE_ID"] == "1"
+    environ = {}
+    configure_mujoco_gl(environ, egl_device=3, probe=Probe("osmesa"))
+    assert "MUJOCO_EGL_DEVICE_ID" not in environ
+
+
+def test_the_real_probe_renders_with_osmesa_and_rejects_an_unknown_backend():
+    # CI and the dev box install libosmesa6 (.ci/run); a made-up backend never renders.
+    assert renders("osmesa")
+    assert not renders("no-such-gl")
