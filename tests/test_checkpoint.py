@@ -158,11 +158,72 @@ def test_rng_state_round_trip_reproduces_draws():
 
 def test_rng_state_survives_a_checkpoint(tmp_path):
     torch.manual_seed(7)
+    np.random.seed(7)
+    random.seed(7)
     ckpt.save_checkpoint(tmp_path, {"rng": ckpt.rng_state()}, updates=1, keep=1)
-    expected = torch.rand(8)
+    expected = _draws()
     torch.manual_seed(999)
+    np.random.seed(999)
+    random.seed(999)
     ckpt.set_rng_state(ckpt.load_latest(tmp_path)["rng"])
-    assert torch.equal(torch.rand(8), expected)
+    again = _draws()
+    assert torch.equal(again[0], expected[0]) and np.array_equal(again[1], expected[1]) and again[2] == expected[2]
+
+
+class _RunsCode:
+    """What a hostile checkpoint could hold: unpickling it runs a command."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_in_one_line(tmp_path):
+    ckpt.save_checkpoint(tmp_path, _state(1), updates=1, keep=3)
+    marker = tmp_path / "pwned"
+    hostile = tmp_path / ckpt.CHECKPOINT_DIR / "ckpt_0000000002.pt"
+    torch.save({**_state(2), "payload": _RunsCode(marker)}, hostile)
+    with pytest.raises(ckpt.UnsafeCheckpoint) as err:
+        ckpt.load_latest(tmp_path)
+    message = str(err.value)
+    assert "\n" not in message and str(hostile) in message and "refused" in message
+    assert not marker.exists()  # nothing ran, and the run did not fall back to an older file silently
+
+
+def test_checkpoints_hold_only_what_weights_only_loading_accepts(tmp_path):
+    torch.manual_seed(0)
+    ckpt.save_checkpoint(tmp_path, {"rng": ckpt.rng_state(), **_state(1)}, updates=1, keep=1)
+    path = ckpt.list_checkpoints(tmp_path)[-1]
+    state = torch.load(path, weights_only=True)  # no safe-globals allowance needed
+    assert isinstance(state["rng"]["numpy"]["keys"], torch.Tensor)
+
+
+def test_a_checkpoint_written_before_rng_tensors_still_resumes(tmp_path):
+    np.random.seed(5)
+    legacy = {"torch": torch.get_rng_state(), "cuda": None, "numpy": np.random.get_state(), "python": random.getstate()}
+    ckpt.save_checkpoint(tmp_path, {"rng": legacy}, updates=1, keep=1)
+    expected = np.random.rand(3)
+    np.random.seed(1)
+    ckpt.set_rng_state(ckpt.load_latest(tmp_path)["rng"])
+    assert np.array_equal(np.random.rand(3), expected)
+
+
+def test_a_checkpoint_from_an_8_gpu_job_resumes_where_fewer_are_visible(tmp_path, capsys):
+    """Requeued onto a smaller node (or onto CPU): the CUDA streams that fit are
+    restored, the rest are reported once; nothing fails."""
+    torch.manual_seed(3)
+    state = ckpt.rng_state()
+    state["cuda"] = [torch.zeros(16, dtype=torch.uint8) for _ in range(8)]  # as get_rng_state_all() on 8 GPUs
+    ckpt.save_checkpoint(tmp_path, {"rng": state}, updates=1, keep=1)
+    expected = torch.rand(4)
+    ckpt.set_rng_state(ckpt.load_latest(tmp_path)["rng"])
+    assert torch.equal(torch.rand(4), expected)
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert f"8 CUDA RNG stream(s) and {visible} CUDA device(s) are visible" in capsys.readouterr().err
 
 
 def test_a_full_disk_mid_checkpoint_keeps_the_previous_one_end_to_end(tmp_path):

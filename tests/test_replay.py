@@ -366,3 +366,22 @@ def test_pin_memory_on_without_cuda_is_a_user_error(monkeypatch):
     cfg.buffer.pin_memory = "on"
     with pytest.raises(UserError, match="buffer.pin_memory"):
         make_replay_buffer(cfg.buffer, CPU)
+
+
+def test_a_replay_with_prefetched_batches_saves_as_tensors_and_plain_types(tmp_path):
+    """checkpoint.replay=true: upstream's state keeps prefetched TensorDicts; the
+    checkpoint must still load with weights_only=True and restore them."""
+    from dreamer.data.replay import load_replay_state, replay_state
+
+    cfg, rb = _pixel_buffer(prefetch=2)
+    write(rb, collector_batch(traj_id=0, first_step=0, steps=40), "pixels")
+    rb.sample()  # fills the prefetch queue
+    path = tmp_path / "replay.pt"
+    torch.save(replay_state(rb), path)
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(str(path)) == []
+    _, restored = _pixel_buffer(prefetch=2)
+    load_replay_state(restored, torch.load(path, weights_only=True))
+    assert len(restored) == len(rb)
+    assert torch.equal(restored.sample()["action"], rb.sample()["action"])  # the same prefetched batch first
+    write(restored, collector_batch(traj_id=1, first_step=0, steps=10), "pixels")  # the storage keeps its shape
+    assert len(restored) == len(rb) + 10

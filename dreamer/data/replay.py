@@ -12,11 +12,12 @@ casts them to the learner's device (non-blocking from pinned memory).
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import psutil
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
 
 from dreamer.config import BufferConfig
@@ -104,3 +105,53 @@ def check_capacity(buffer_cfg: BufferConfig, step_bytes: int) -> int:
             f"{free / 2**30:.1f} GiB is free: set buffer.capacity<={fit}"
         )
     return need
+
+
+def replay_state(buffer: TensorDictReplayBuffer) -> dict:
+    """The buffer's state as tensors and plain types (checkpoints load with
+    ``weights_only=True``): upstream's state keeps the prefetched batches as
+    TensorDicts, stored here as plain nested dicts."""
+    return _plain(buffer.state_dict())
+
+
+def load_replay_state(buffer: TensorDictReplayBuffer, state: dict) -> None:
+    buffer.load_state_dict(_tensordicts(state))
+
+
+_TD_MARK = "__tensordict__"
+
+
+def _map_tree(value, leaf):
+    """``leaf`` applied through dicts, lists and tuples. A container is rebuilt only
+    when something inside it changed, and as a shallow copy: the storage's
+    OrderedDict carries its batch size in a ``_metadata`` attribute."""
+    done = leaf(value)
+    if done is not value:
+        return done
+    if isinstance(value, dict):
+        items = {k: _map_tree(v, leaf) for k, v in value.items()}
+        if all(items[k] is value[k] for k in value):
+            return value
+        out = copy.copy(value)
+        out.update(items)
+        return out
+    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+        items = [_map_tree(v, leaf) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
+    return value
+
+
+def _plain(value):
+    def leaf(v):
+        if isinstance(v, TensorDictBase):
+            return {_TD_MARK: v.to_dict(), "batch_size": list(v.batch_size)}
+        return v
+    return _map_tree(value, leaf)
+
+
+def _tensordicts(value):
+    def leaf(v):
+        if isinstance(v, dict) and _TD_MARK in v:
+            return TensorDict(v[_TD_MARK], batch_size=v["batch_size"])
+        return v
+    return _map_tree(value, leaf)

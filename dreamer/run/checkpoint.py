@@ -4,6 +4,10 @@ Each ``checkpoints/ckpt_<updates>.pt`` carries a ``manifest`` (config hash,
 updates, torch/torchrl versions). A file that cannot be read, or whose
 manifest does not match its config (bit rot, a hand-edited file), is skipped
 with one warning line and the previous checkpoint is used.
+
+Checkpoints hold tensors and plain Python types only, and are loaded with
+``torch.load(weights_only=True)``: a checkpoint file someone hands you cannot
+run code. A file that needs more (a pickled object) is refused in one line.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import errno
 import hashlib
 import json
 import os
+import pickle
 import random
 import sys
 import time
@@ -26,20 +31,37 @@ CHECKPOINT_DIR = "checkpoints"
 
 
 def rng_state() -> dict:
+    """Every RNG stream as tensors and plain types (loadable with weights_only=True)."""
+    bit_generator, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-        "numpy": np.random.get_state(),
+        "numpy": {"bit_generator": bit_generator, "keys": torch.from_numpy(keys.astype(np.int64)),
+                  "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
         "python": random.getstate(),
     }
 
 
 def set_rng_state(state: dict) -> None:
+    """Restore what fits this machine. A run checkpointed with more GPUs than are
+    visible now (an 8-GPU job requeued onto 1) gets the first streams back, with a
+    warning; CUDA streams saved on a CPU-only run, or restored on one, are skipped."""
     torch.set_rng_state(state["torch"])
-    if state["cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    saved_cuda = state["cuda"] or []
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    for index in range(min(len(saved_cuda), visible)):
+        torch.cuda.set_rng_state(saved_cuda[index], index)
+    if len(saved_cuda) > visible:
+        print(f"warning: the checkpoint has {len(saved_cuda)} CUDA RNG stream(s) and {visible} CUDA device(s) "
+              f"are visible: restored {min(len(saved_cuda), visible)}, the rest start afresh", file=sys.stderr)
+    numpy_state = state["numpy"]
+    if isinstance(numpy_state, dict):
+        np.random.set_state((numpy_state["bit_generator"], numpy_state["keys"].numpy().astype(np.uint32),
+                             numpy_state["pos"], numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
+    else:  # checkpoints written before 2026-11-23 kept numpy's own tuple
+        np.random.set_state(numpy_state)
+    python_state = state["python"]
+    random.setstate((python_state[0], tuple(python_state[1]), python_state[2]))
 
 
 def config_hash(config: dict) -> str:
@@ -53,7 +75,7 @@ def make_manifest(state: dict, updates: int) -> dict:
     return {
         "updates": updates,
         "config_hash": config_hash(state["config"]) if "config" in state else None,
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a plain str: TorchVersion would be a pickled class
         "torchrl": torchrl.__version__,
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -137,8 +159,32 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(directory.glob("ckpt_*.pt")) if directory.is_dir() else []
 
 
+class UnsafeCheckpoint(UserError):
+    """A checkpoint that would need arbitrary Python objects unpickled."""
+
+
+# Older checkpoints kept numpy's RNG state as an array and torch's version as
+# a TorchVersion: array reconstruction and a str subclass are data, not code,
+# so those still load.
+_NUMPY_CORE = getattr(np, "_core", None) or np.core  # numpy 2 renamed it
+_LEGACY_SAFE_GLOBALS = [
+    _NUMPY_CORE.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32)),
+    torch.torch_version.TorchVersion,
+]
+
+
 def _read(path: Path) -> dict:
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    # mmap: tensors stay in the page cache until copied into the live modules and
+    # replay storage, so a saved replay is not held twice in RAM on resume.
+    try:
+        with torch.serialization.safe_globals(_LEGACY_SAFE_GLOBALS):
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as err:
+        unsafe = (str(err).split("Unsupported global: ")[1:] or [""])[0].split(" ")[0].strip()
+        raise UnsafeCheckpoint(
+            f"checkpoint {path} needs Python objects unpickled{f' ({unsafe})' if unsafe else ''}, which could "
+            "run code: refused (dreamer writes tensors and plain types only; do not load files you do not trust)"
+        ) from None
     manifest = state.get("manifest")
     if manifest is not None and "config" in state and manifest["config_hash"] != config_hash(state["config"]):
         raise ValueError("manifest config hash does not match the stored config")
@@ -156,6 +202,8 @@ def load_latest(run_dir: Path) -> dict:
     for path in reversed(candidates):
         try:
             state = _read(path)
+        except UnsafeCheckpoint:
+            raise
         except Exception as err:  # truncated / corrupted: fall back to the previous one
             reason = (str(err).splitlines() or [""])[0][:200]
             print(f"warning: checkpoint {path} is unreadable ({err.__class__.__name__}: {reason}); "

@@ -27,7 +27,7 @@ from dreamer.algos.v1.models import build_models
 from dreamer.algos.v3.models import build_models_v3
 from dreamer.report.openloop import check_openloop_config, openloop_enabled, openloop_video
 from dreamer.system.profiling import TraceWindow
-from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buffer, write
+from dreamer.data.replay import bytes_per_step, check_capacity, load_replay_state, make_replay_buffer, replay_state, write
 from dreamer.system.device import resolve_autocast, resolve_device
 from dreamer.system.memory import retain_freed_host_memory
 from dreamer.system.cpus import cpu_budget, split_cores
@@ -158,7 +158,7 @@ class Trainer:
             "cadence": {name: getattr(self, name).state_dict() for name in
                         ("ratio", "sync_weights", "log_due", "eval_due", "checkpoint_due")},
             "rng": ckpt.rng_state(),
-            **({"replay": self.replay.state_dict()} if self.cfg.checkpoint.replay else {}),
+            **({"replay": replay_state(self.replay)} if self.cfg.checkpoint.replay else {}),
         }
 
     def _restore(self, state: dict) -> None:
@@ -169,7 +169,7 @@ class Trainer:
             getattr(self, name).load_state_dict(sub)
         ckpt.set_rng_state(state["rng"])
         if "replay" in state:
-            self.replay.load_state_dict(state["replay"])
+            load_replay_state(self.replay, state["replay"])
             log.info("replay buffer restored: %d steps", len(self.replay))
         else:
             log.info("replay buffer not in the checkpoint (checkpoint.replay=false): refilling it")
