@@ -106,7 +106,7 @@ class Ours:
     def __init__(self, batch_size: int, batch_length: int, compile: bool, episodes: list[dict],
                  channels_last: bool = True, matmul_decoder: bool = True, retain_host_memory: bool = True):
         cfg = Config()
-        cfg.channels_last = channels_last
+        cfg.algo.channels_last = channels_last
         cfg.retain_host_memory = retain_host_memory
         if cfg.retain_host_memory:  # as dreamer.train does at start
             retain_freed_host_memory()

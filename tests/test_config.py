@@ -1,4 +1,4 @@
-"""dreamer/config.py: schema, validation, Hydra composition, every key used."""
+"""dreamer/config/: schema, validation, Hydra composition, every key used."""
 
 from __future__ import annotations
 
@@ -11,9 +11,16 @@ import hydra
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 
-from dreamer.config import Config, load_config, register_configs, to_dict
+from dreamer.config import (
+    Config,
+    DreamerV1Config,
+    DreamerV3Config,
+    load_config,
+    register_configs,
+    to_dict,
+)
 from dreamer.errors import UserError
-from helpers_unit import CONF_DIR, REPO_ROOT
+from helpers_unit import CONF_DIR, REPO_ROOT, old_layout_config
 
 
 # -- plain dicts ---------------------------------------------------------------
@@ -170,7 +177,12 @@ def compose():
 
 
 def _names(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    """A group's options: its YAML files and the dataclass defaults in the ConfigStore."""
+    from hydra.core.config_store import ConfigStore
+
+    register_configs()
+    stored = ConfigStore.instance().list(group) if group in ConfigStore.instance().repo else []
+    return sorted({p.stem for p in (CONF_DIR / group).glob("*.yaml")} | {Path(n).stem for n in stored})
 
 
 def test_conf_dir_resolves_relative_to_tests():
@@ -220,8 +232,12 @@ def test_hydra_bad_choice_is_a_user_error(compose):
 def _leaf_fields(cls, prefix=""):
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        if dataclasses.is_dataclass(hints[f.name]):
-            yield from _leaf_fields(hints[f.name], prefix + f.name + ".")
+        tp = hints[f.name]
+        # Config.algo is a Union of the algorithms' classes: walk each of them.
+        classes = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)] or [tp]
+        if all(dataclasses.is_dataclass(c) for c in classes):
+            for c in classes:
+                yield from _leaf_fields(c, prefix + f.name + ".")
         else:
             yield prefix + f.name, f.name
 
@@ -277,7 +293,7 @@ def test_pendulum_preset_is_v3_on_pendulum_states(compose):
         ("return_norm_rate", 0.0, "algo.return_norm_rate=0.0"),
         ("num_bins", 254, "algo.num_bins=254 must be odd"),
         ("actor_grad", "backprop", "choose one of: auto, dynamics, reinforce"),
-        ("gru_blocks", 3, "algo.rssm_hidden_dim=200 does not split into algo.gru_blocks=3"),
+        ("gru_blocks", 3, "algo.rssm_hidden_dim=256 does not split into algo.gru_blocks=3"),
         ("replay_value_scale", -0.3, "algo.replay_value_scale=-0.3 must be >= 0"),
     ],
 )
@@ -294,7 +310,7 @@ def test_bad_v3_keys_are_one_line_errors_naming_the_key(key, value, message):
 def test_no_size_preset_keeps_the_algo_and_experiment_sizes(compose):
     cfg = load_config(compose(["algo=dreamer_v3"]))
     assert cfg.model is None
-    # experiment=default's 128 / 128; conf/algo/dreamer_v3.yaml's 16 channels, 32 x 32 latent, 2 layers.
+    # experiment=default's 128 / 128; DreamerV3Config's 16 channels, 32 x 32 latent, 2 layers.
     a = cfg.algo
     assert (a.rssm_hidden_dim, a.hidden_dim, a.encoder_channels, a.num_classes, a.mlp_layers) == (128, 128, 16, 32, 2)
 
@@ -348,3 +364,115 @@ def test_env_import_typo_is_an_unknown_key_listing_import():
 def test_bad_noop_max_is_one_line(env, message):
     with pytest.raises(UserError, match=re.escape(message)):
         load_config({"env": env})
+
+
+# -- one class per algorithm ----------------------------------------------------------
+
+
+def test_algo_name_picks_the_algorithms_class():
+    assert isinstance(load_config({}).algo, DreamerV1Config)
+    v3 = load_config({"algo": {"name": "dreamer_v3", "num_classes": 8}})
+    assert isinstance(v3.algo, DreamerV3Config) and v3.algo.num_classes == 8
+    assert v3.algo.latent_state_dim == 32 * 8
+    assert load_config({"algo": {"state_dim": 7}}).algo.latent_state_dim == 7
+    assert load_config(to_dict(v3)) == v3
+
+
+@pytest.mark.parametrize(
+    "algo, message",
+    [
+        ({"free_bits": 2.0},
+         "algo.free_bits is a dreamer_v3 key, but algo.name=dreamer_v1: add algo=dreamer_v3 or drop it"),
+        ({"name": "dreamer_v3", "state_dim": 8},
+         "algo.state_dim is a dreamer_v1 key, but algo.name=dreamer_v3: add algo=dreamer_v1 or drop it"),
+        ({"name": "dreamer_v3", "channels_last": False},
+         "algo.channels_last is a dreamer_v1 key, but algo.name=dreamer_v3: add algo=dreamer_v1 or drop it"),
+    ],
+)
+def test_a_key_of_the_other_algorithm_is_one_line_naming_it_and_the_fix(algo, message):
+    with pytest.raises(UserError) as err:
+        load_config({"algo": algo})
+    assert str(err.value) == message
+
+
+def test_a_key_of_the_other_algorithm_on_the_command_line_is_one_line(compose):
+    with pytest.raises(UserError) as err:
+        load_config(compose(["algo.free_bits=2"]))
+    assert str(err.value) == (
+        "algo.free_bits is a dreamer_v3 key, but algo.name=dreamer_v1: add algo=dreamer_v3 or drop it"
+    )
+    with pytest.raises(UserError, match=r"^algo.state_dim is a dreamer_v1 key, but algo.name=dreamer_v3"):
+        load_config(compose(["experiment=smoke", "algo=dreamer_v3"]))
+
+
+def test_renaming_the_algorithm_alone_points_to_the_group(compose):
+    with pytest.raises(UserError) as err:
+        load_config(compose(["algo.name=dreamer_v3"]))
+    assert "choose the algorithm with algo=dreamer_v3" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_unknown_algo_key_is_still_one_line(compose):
+    with pytest.raises(UserError) as err:
+        load_config(compose(["algo.lr=1e-3"]))
+    assert str(err.value).startswith("unknown config key algo.lr; known keys here:") and "\n" not in str(err.value)
+
+
+# -- one source of defaults: the dataclasses ---------------------------------------------
+
+
+@pytest.mark.parametrize("algo, cls", [("dreamer_v1", DreamerV1Config), ("dreamer_v3", DreamerV3Config)])
+def test_algo_group_options_are_the_dataclass_defaults(compose, algo, cls):
+    import yaml
+
+    experiment_sets = set(yaml.safe_load((CONF_DIR / "experiment" / "default.yaml").read_text())["algo"])
+    composed = to_dict(load_config(compose([f"algo={algo}"])))["algo"]
+    defaults = to_dict(cls())
+    assert composed.keys() == defaults.keys()
+    assert {k: v for k, v in composed.items() if k not in experiment_sets} == {
+        k: v for k, v in defaults.items() if k not in experiment_sets
+    }
+
+
+def test_no_config_group_file_repeats_a_dataclass_default():
+    """A default is written once, in dreamer/config/schema.py: a group file (or
+    conf/config.yaml) that sets a key to the value the dataclass already has is a
+    second copy that would silently win once the dataclass changes."""
+    import yaml
+
+    from dreamer.config import ALGO_CONFIGS, config_key
+
+    sections = typing.get_type_hints(Config)
+    files = [("", CONF_DIR / "config.yaml")] + [
+        (p.parent.name, p)
+        for p in sorted(CONF_DIR.glob("*/*.yaml"))
+        if p.parent.name not in ("experiment", "model", "env", "sweep", "hydra")
+    ]
+    copies = []
+    for group, path in files:
+        data = yaml.safe_load(path.read_text()) or {}
+        if group == "":
+            instance = Config()
+            data = {k: v for k, v in data.items() if k not in ("defaults", "hydra")}
+        elif group == "algo":
+            instance = ALGO_CONFIGS[data.get("name", path.stem)]()
+        else:
+            instance = sections[group]()
+        defaults = {config_key(f.name): getattr(instance, f.name) for f in dataclasses.fields(instance)}
+        copies += [f"{path.relative_to(CONF_DIR)}: {k}={v!r}" for k, v in data.items()
+                   if k in defaults and not dataclasses.is_dataclass(defaults[k]) and defaults[k] == v
+                   and not (group == "algo" and k == "name")]
+    assert not copies, "keys set to their dataclass default (drop them): " + "; ".join(copies)
+
+
+# -- config.json / checkpoints written before the algo split -----------------------------
+
+
+def test_an_old_layout_config_loads_into_the_split_classes():
+    v1 = load_config({"algo": {"channels_last": False, "hidden_dim": 64}})
+    old_v1 = old_layout_config(to_dict(v1), channels_last=False)
+    assert "channels_last" in old_v1 and "free_bits" in old_v1["algo"]
+    assert load_config(old_v1) == v1
+    v3 = load_config({"algo": {"name": "dreamer_v3", "num_classes": 8}})
+    old_v3 = old_layout_config(to_dict(v3), channels_last=True)
+    old_v3["algo"]["state_dim"] = 8  # experiment=smoke algo=dreamer_v3 set it; V3 never read it
+    assert load_config(old_v3) == v3

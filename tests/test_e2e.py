@@ -169,6 +169,8 @@ BAD_INPUTS = {
     "size preset with V1": (["model=size12m"],
                             "model=size12m is a DreamerV3 size preset, but algo.name=dreamer_v1: add algo=dreamer_v3"),
     "group set to null": (["model=null"], "to leave model unset write ~model, not model=null"),
+    "key of the other algorithm": (["algo.free_bits=2"],
+                                   "algo.free_bits is a dreamer_v3 key, but algo.name=dreamer_v1: add algo=dreamer_v3 or drop it"),
 }
 
 

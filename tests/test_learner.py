@@ -374,7 +374,7 @@ def test_channels_last_convs_compute_the_same_update(pixel_setup):
     results = {}
     for layout in (False, True):
         layout_cfg = copy.deepcopy(cfg)
-        layout_cfg.channels_last = layout
+        layout_cfg.algo.channels_last = layout
         learner = _learner(layout_cfg, env, seed=3)
         decoder_weight = next(learner.models.modules["decoder"].decoder.parameters())
         assert decoder_weight.is_contiguous(memory_format=torch.channels_last) == layout

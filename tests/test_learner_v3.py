@@ -34,9 +34,8 @@ HOST_TRANSFERS = ("item", "cpu", "tolist", "__float__", "__int__", "__bool__", "
 
 
 def tiny_v3_config(*, pixels: bool = False, **env_overrides):
-    cfg = tiny_config(pixels=pixels, **env_overrides)
+    cfg = tiny_config(pixels=pixels, algo="dreamer_v3", **env_overrides)
     a = cfg.algo
-    a.name = "dreamer_v3"
     a.num_categoricals, a.num_classes, a.num_bins, a.mlp_layers = 4, 4, 31, 1
     # Every weight must move within a few updates: no warm-up from lr 0, and no
     # free bits (they zero the prior's gradient while the KL is small).

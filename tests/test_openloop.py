@@ -34,8 +34,7 @@ ALGOS = {"dreamer_v1": (build_models, DreamerV1Learner), "dreamer_v3": (build_mo
 
 
 def _config(algo: str):
-    cfg = tiny_config(pixels=True)
-    cfg.algo.name = algo
+    cfg = tiny_config(pixels=True, algo=algo)
     if algo == "dreamer_v3":
         a = cfg.algo
         a.num_categoricals, a.num_classes, a.num_bins, a.mlp_layers = 4, 4, 31, 1

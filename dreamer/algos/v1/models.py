@@ -133,7 +133,7 @@ def build_models(cfg: Config, env: EnvBase, device: torch.device) -> DreamerV1Mo
         modules["decoder"] = MatmulObsDecoder(
             channels=a.encoder_channels, latent_dim=latent, out_channels=pre.out_channels, device=device
         )
-        if cfg.channels_last:
+        if cfg.algo.channels_last:
             # NHWC is oneDNN's native conv layout on CPU (and cuDNN's fast one), and
             # the (H, W, C) frames are already NHWC after PixelPreprocess's permute,
             # so the encoder reads them with no transposing copy.
