@@ -46,7 +46,7 @@ def ours_fps(cfg: Config, batches: int, with_policy: bool) -> float:
     Without the policy, workers take random actions: the environment setup alone.
     """
     env = make_env(cfg.env, cfg.algo)
-    models = build_models(cfg, env, torch.device("cpu"))
+    models = build_models(cfg.algo, cfg.env, env, torch.device("cpu"))
     close_env(env)
     random_frames = 0 if with_policy else 10**12
     collector = make_collector(cfg.collector, cfg.env, cfg.algo, cfg.compile, models.policy(explore=True),

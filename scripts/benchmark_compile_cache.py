@@ -67,7 +67,7 @@ def child(experiment: str, cache_dir: str, artifact: str | None, save_to: str | 
     if artifact:
         compile_cache.load_artifact(Path(artifact))
     env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
-    models = build_models(cfg, env, torch.device("cpu"))
+    models = build_models(cfg.algo, cfg.env, env, torch.device("cpu"))
     replay = make_replay_buffer(cfg.buffer, torch.device("cpu"))
     steps = 0
     while steps < 2 * cfg.buffer.batch_size * cfg.buffer.batch_length:
@@ -75,7 +75,7 @@ def child(experiment: str, cache_dir: str, artifact: str | None, save_to: str | 
         rollout["collector", "traj_ids"] = torch.full(rollout.shape, steps, dtype=torch.int64)
         steps += write(replay, rollout, models.obs_key)
     close_env(env)
-    learner = DreamerV1Learner(cfg, models, torch.device("cpu"))
+    learner = DreamerV1Learner(cfg.algo, cfg.compile, models, torch.device("cpu"), batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length)
     learner.compile()
     setup_done = time.time()
     learner.warmup(replay.sample())

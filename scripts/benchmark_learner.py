@@ -119,11 +119,14 @@ class Ours:
         self.cfg = validate(cfg)
         device = torch.device("cpu")
         env = make_env(cfg.env, cfg.algo)
-        self.models = build_models(cfg, env, device)
+        self.models = build_models(cfg.algo, cfg.env, env, device)
         if not matmul_decoder:  # the same module and weights with TorchRL's forward: the before
             self.models.modules["decoder"].__class__ = ObsDecoder
         close_env(env)
-        self.learner = DreamerV1Learner(self.cfg, self.models, device)
+        self.learner = DreamerV1Learner(
+            self.cfg.algo, self.cfg.compile, self.models, device,
+            batch_size=self.cfg.buffer.batch_size, batch_length=self.cfg.buffer.batch_length,
+        )
         self.replay = make_replay_buffer(self.cfg.buffer, device)
         for ep in episodes:
             steps = TRAJECTORY
@@ -156,8 +159,8 @@ class Ours:
         with torch.no_grad():
             _, latent = learner.world_model_loss(learner.prepare(self.replay.sample()))
         latent = latent.reshape(-1)
-        actor = learner._actor_loss_fn if compiled else learner.actor_loss
-        value = learner._value_loss_fn if compiled else learner.value_loss
+        actor = learner.loss_fns["actor"] if compiled else learner.actor_loss
+        value = learner.loss_fns["value"] if compiled else learner.value_loss
 
         def step():
             actor_td, imagined = actor(latent)

@@ -28,7 +28,7 @@ from dreamer.config import load_config, register_configs, to_dict
 from dreamer.envs.factory import PIXELS_KEY, close_env, make_env
 from dreamer.report.openloop import openloop_video
 from dreamer.report.logger import RunLogger
-from dreamer.run.trainer import ALGORITHMS
+from dreamer.algos.registry import algorithm
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -66,11 +66,11 @@ def main() -> None:
     device = torch.device("cpu")
     a = cfg.algo
     env = make_env(cfg.env, cfg.algo, seed=0)
-    build, learner_cls = ALGORITHMS[a.name]
-    models = build(cfg, env, device)
+    build, learner_cls = algorithm(a.name)
+    models = build(cfg.algo, cfg.env, env, device)
     action_dim = env.action_spec_unbatched.shape[-1]
     close_env(env)
-    learner = learner_cls(cfg, models, device)
+    learner = learner_cls(cfg.algo, cfg.compile, models, device, batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length)
     sample = replayed_batch(cfg, action_dim)
     e = cfg.eval
     print(f"{a.name}, batch {cfg.buffer.batch_size}x{cfg.buffer.batch_length}, context {e.openloop_context}, "

@@ -44,7 +44,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cfg = load_config({"algo": {"hidden_dim": args.hidden, "rssm_hidden_dim": args.rssm}})
     env = make_env(cfg.env, cfg.algo, seed=0)
-    params = list(build_models(cfg, env, torch.device("cpu")).modules.parameters())
+    params = list(build_models(cfg.algo, cfg.env, env, torch.device("cpu")).modules.parameters())
     close_env(env)
     for p in params:
         p.grad = torch.randn_like(p)

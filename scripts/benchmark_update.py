@@ -44,14 +44,14 @@ def build(cfg):
     """Learner and a filled replay buffer (prefetch off: nothing runs beside the timing)."""
     from dreamer.envs.factory import close_env, make_env
     from dreamer.data.replay import make_replay_buffer, write
-    from dreamer.run.trainer import ALGORITHMS
+    from dreamer.algos.registry import algorithm
 
     cfg.buffer.prefetch = 0
     a, cpu = cfg.algo, torch.device("cpu")
     env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
-    build_models, learner_cls = ALGORITHMS[a.name]
-    models = build_models(cfg, env, cpu)
-    learner = learner_cls(cfg, models, cpu)
+    build_models, learner_cls = algorithm(a.name)
+    models = build_models(cfg.algo, cfg.env, env, cpu)
+    learner = learner_cls(cfg.algo, cfg.compile, models, cpu, batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length)
     replay = make_replay_buffer(cfg.buffer, cpu)
     steps = max(4 * cfg.buffer.batch_size * cfg.buffer.batch_length, 1000)
     with torch.no_grad():

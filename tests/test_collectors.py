@@ -56,7 +56,7 @@ def test_workers_hold_no_dynamo_state_while_the_learner_compiles():
 
     cfg = tiny_config()
     env = make_env(cfg.env, cfg.algo)
-    models = build_models(cfg, env, torch.device("cpu"))
+    models = build_models(cfg.algo, cfg.env, env, torch.device("cpu"))
     probe = TensorDictModule(DynamoProbe(), in_keys=["action"], out_keys=["probe_pid", "probe_dynamo_frames", "probe_inherited"])
     policy = TensorDictSequential(models.policy(explore=True), probe)
     collector = make_collector(
@@ -71,7 +71,7 @@ def test_workers_hold_no_dynamo_state_while_the_learner_compiles():
         while len(replay) < 40:
             write(replay, next(batches), models.obs_key)
 
-        learner = DreamerV1Learner(cfg, models, torch.device("cpu"))
+        learner = DreamerV1Learner(cfg.algo, cfg.compile, models, torch.device("cpu"), batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length)
         learner.compile()
         learner.warmup(replay.sample())
         compiled_here = dynamo_utils.counters["frames"]["total"]
@@ -101,7 +101,7 @@ class WeightProbe(nn.Module):
 def test_workers_act_with_the_weights_the_learner_pushes():
     cfg = tiny_config()
     env = make_env(cfg.env, cfg.algo)
-    models = build_models(cfg, env, torch.device("cpu"))
+    models = build_models(cfg.algo, cfg.env, env, torch.device("cpu"))
     probe = WeightProbe()
     policy = TensorDictSequential(
         models.policy(explore=True),
@@ -130,7 +130,7 @@ def test_compile_policy_compiles_inside_each_worker_not_in_the_parent():
     cfg = tiny_config()
     cfg.collector.compile_policy = True
     env = make_env(cfg.env, cfg.algo)
-    models = build_models(cfg, env, torch.device("cpu"))
+    models = build_models(cfg.algo, cfg.env, env, torch.device("cpu"))
     probe = TensorDictModule(DynamoProbe(), in_keys=["action"], out_keys=["probe_pid", "probe_dynamo_frames", "probe_inherited"])
     policy = TensorDictSequential(models.policy(explore=True), probe)
     frames_before = dynamo_utils.counters["frames"]["total"]

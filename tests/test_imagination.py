@@ -90,7 +90,7 @@ def test_imagined_rollout_runs_the_whole_horizon_without_testing_done(monkeypatc
     cfg = tiny_config()
     env = make_env(cfg.env, cfg.algo, seed=0)
     try:
-        models = build_models(cfg, env, torch.device("cpu"))
+        models = build_models(cfg.algo, cfg.env, env, torch.device("cpu"))
     finally:
         close_env(env)
     mb_env = models.model_based_env

@@ -39,7 +39,7 @@ def _setup(pixels: bool, **env_overrides):
     torch.manual_seed(0)
     steps = cfg.buffer.batch_size * cfg.buffer.batch_length
     try:
-        models = build_models(cfg, env, CPU)
+        models = build_models(cfg.algo, cfg.env, env, CPU)
         with torch.no_grad():
             rollout = env.rollout(steps, models.policy(explore=True), break_when_any_done=False)
     except BaseException:
@@ -64,10 +64,14 @@ def pixel_setup():
     close_env(env)
 
 
+def _batch_shape(cfg) -> dict:
+    return {"batch_size": cfg.buffer.batch_size, "batch_length": cfg.buffer.batch_length}
+
+
 def _learner(cfg, env, seed=0, device=CPU, autocast=None):
     torch.manual_seed(seed)
-    models = build_models(cfg, env, device)
-    return DreamerV1Learner(cfg, models, device, autocast_dtype=autocast)
+    models = build_models(cfg.algo, cfg.env, env, device)
+    return DreamerV1Learner(cfg.algo, cfg.compile, models, device, autocast_dtype=autocast, **_batch_shape(cfg))
 
 
 def _snapshot(learner):
@@ -272,7 +276,7 @@ def test_updates_after_warm_up_never_trace_a_compiled_loss_again(state_setup, au
 def test_continuous_actions_lie_in_env_bounds_and_use_the_full_range(state_setup):
     cfg, env, _ = state_setup
     torch.manual_seed(0)
-    models = build_models(cfg, env, CPU)
+    models = build_models(cfg.algo, cfg.env, env, CPU)
     # Large random actor weights push the squashed mean towards both ends.
     with torch.no_grad():
         for p in models.modules["actor"].parameters():
@@ -301,7 +305,7 @@ def test_continuous_actions_lie_in_env_bounds_and_use_the_full_range(state_setup
 
 def test_policy_carries_the_belief_to_the_next_step(state_setup):
     cfg, env, _ = state_setup
-    models = build_models(cfg, env, CPU)
+    models = build_models(cfg.algo, cfg.env, env, CPU)
     with torch.no_grad():
         rollout = env.rollout(4, models.policy(explore=False), break_when_any_done=False)
     belief, next_belief = rollout["belief"], rollout["next", "belief"]
@@ -314,7 +318,7 @@ def test_policy_carries_the_belief_to_the_next_step(state_setup):
 def test_discrete_policy_emits_one_hot_env_actions():
     cfg, env, _ = _setup(pixels=True, backend="atari", name="Pong", action_repeat=4)
     try:
-        models = build_models(cfg, env, CPU)
+        models = build_models(cfg.algo, cfg.env, env, CPU)
         assert models.discrete
         n_actions = env.action_spec.shape[-1]
         for explore in (True, False):
@@ -334,7 +338,7 @@ def test_exploration_policy_acts_in_dm_control_from_pixels():
         # The world model is single precision: what it reads back must be too.
         assert batch["action"].dtype == torch.float32
         assert batch["next", "reward"].dtype == torch.float32
-        learner = DreamerV1Learner(cfg, build_models(cfg, env, CPU), CPU)
+        learner = DreamerV1Learner(cfg.algo, cfg.compile, build_models(cfg.algo, cfg.env, env, CPU), CPU, **_batch_shape(cfg))
         learner.update(batch.clone())
         assert all(math.isfinite(v) for v in learner.flush_metrics().values())
     finally:
@@ -436,7 +440,7 @@ def test_selective_rssm_rollout_gives_torchrls_world_model_loss_and_gradients(pi
         wm_td, out = learner.world_model_loss(learner.prepare(batch.clone()))
         loss = wm_td["loss_model_kl"] + wm_td["loss_model_reco"] + wm_td["loss_model_reward"]
         loss.backward()
-        grads = [p.grad.clone() for p in learner.world_model_params]
+        grads = [p.grad.clone() for p in learner.params["world_model"]]
         results[cls] = (wm_td.detach(), out.select(("next", "state"), ("next", "belief"), ("next", "pixels")), grads)
     (td_a, out_a, grads_a), (td_b, out_b, grads_b) = results.values()
     assert (td_a == td_b).all() and (out_a == out_b).all()

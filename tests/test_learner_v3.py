@@ -18,7 +18,7 @@ from dreamer.config import validate
 from dreamer.envs.factory import make_env
 from dreamer.errors import UserError
 from dreamer.algos.v3.learner import METRIC_NAMES, DreamerV3Learner
-from dreamer.algos.v3.models import build_models_v3
+from dreamer.algos.v3.models import build_models
 from dreamer.data.replay import stored_keys
 from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
     CallCounter,
@@ -51,7 +51,7 @@ def _setup(pixels: bool = False, **env_overrides):
     torch.manual_seed(0)
     steps = cfg.buffer.batch_size * cfg.buffer.batch_length
     try:
-        models = build_models_v3(cfg, env, CPU)
+        models = build_models(cfg.algo, cfg.env, env, CPU)
         with torch.no_grad():
             rollout = env.rollout(steps, models.policy(explore=True), break_when_any_done=False)
     except BaseException:
@@ -74,9 +74,13 @@ def pixel_setup():
     close_env(env)
 
 
+def _batch_shape(cfg) -> dict:
+    return {"batch_size": cfg.buffer.batch_size, "batch_length": cfg.buffer.batch_length}
+
+
 def _learner(cfg, env, seed=0):
     torch.manual_seed(seed)
-    return DreamerV3Learner(cfg, build_models_v3(cfg, env, CPU), CPU)
+    return DreamerV3Learner(cfg.algo, cfg.compile, build_models(cfg.algo, cfg.env, env, CPU), CPU, **_batch_shape(cfg))
 
 
 def _parameters(learner) -> dict[str, torch.Tensor]:
@@ -145,7 +149,7 @@ def test_v3_cuda_update_is_sync_free(state_setup):
     cfg, env, batch = state_setup
     device = torch.device("cuda")
     torch.manual_seed(0)
-    learner = DreamerV3Learner(cfg, build_models_v3(cfg, env, device), device)
+    learner = DreamerV3Learner(cfg.algo, cfg.compile, build_models(cfg.algo, cfg.env, env, device), device, **_batch_shape(cfg))
     on_device = batch.to(device)
     learner.update(on_device.clone())  # warm
     sample = on_device.clone()
@@ -188,7 +192,7 @@ def test_v3_learner_state_dict_round_trip_continues_identically(state_setup):
 def test_v3_continuous_actions_fill_the_env_bounds_and_map_back_for_learning(state_setup):
     cfg, env, _ = state_setup
     torch.manual_seed(0)
-    models = build_models_v3(cfg, env, CPU)
+    models = build_models(cfg.algo, cfg.env, env, CPU)
     low, high = env.action_spec.space.low, env.action_spec.space.high
     assert torch.equal(high, -low) and float(high.max()) > 1.0  # Pendulum: [-2, 2]
     # Large random actor weights push the tanh mean towards both ends.
@@ -217,7 +221,7 @@ def test_v3_continuous_actions_fill_the_env_bounds_and_map_back_for_learning(sta
 
 def test_v3_policy_carries_the_belief_to_the_next_step(state_setup):
     cfg, env, _ = state_setup
-    models = build_models_v3(cfg, env, CPU)
+    models = build_models(cfg.algo, cfg.env, env, CPU)
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
         rollout = env.rollout(4, models.policy(explore=False), break_when_any_done=False)
     belief, next_belief = rollout["belief"], rollout["next", "belief"]

@@ -10,10 +10,7 @@ import torch
 from dreamer.config import validate
 from dreamer.envs.factory import PIXELS_KEY, make_env
 from dreamer.errors import UserError
-from dreamer.algos.v1.learner import DreamerV1Learner
-from dreamer.algos.v3.learner import DreamerV3Learner
-from dreamer.algos.v1.models import build_models
-from dreamer.algos.v3.models import build_models_v3
+from dreamer.algos.registry import ALGORITHMS
 from dreamer.report.openloop import (
     ERROR_GAIN,
     check_openloop_config,
@@ -30,7 +27,6 @@ from helpers_unit import close_env, collector_batch, single_thread, tiny_config 
 CPU = torch.device("cpu")
 B, T, K = 3, 6, 2  # sequences, steps per sequence, observed context steps
 SIZE = 64
-ALGOS = {"dreamer_v1": (build_models, DreamerV1Learner), "dreamer_v3": (build_models_v3, DreamerV3Learner)}
 
 
 def _config(algo: str):
@@ -43,18 +39,18 @@ def _config(algo: str):
     return validate(cfg)
 
 
-@pytest.fixture(scope="module", params=list(ALGOS))
+@pytest.fixture(scope="module", params=list(ALGORITHMS))
 def setup(request):
     """Untrained tiny pixel models of one algorithm and its learner (for ``prepare``)."""
     cfg = _config(request.param)
-    build, learner_cls = ALGOS[request.param]
+    build, learner_cls = ALGORITHMS[request.param]
     env = make_env(cfg.env, cfg.algo, seed=0)
     try:
         torch.manual_seed(0)
-        models = build(cfg, env, CPU)
+        models = build(cfg.algo, cfg.env, env, CPU)
     finally:
         close_env(env)
-    return models, learner_cls(cfg, models, CPU)
+    return models, learner_cls(cfg.algo, cfg.compile, models, CPU, batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length)
 
 
 def _replayed(seed: int = 0):

@@ -16,7 +16,7 @@ from hydra.core.global_hydra import GlobalHydra
 
 from dreamer.config import get_path, load_config, register_configs
 from dreamer.envs.factory import make_env
-from dreamer.algos.v3.models import build_models_v3
+from dreamer.algos.v3.models import build_models
 from helpers_unit import CONF_DIR, REPO_ROOT, close_env
 
 TABLE = yaml.safe_load((REPO_ROOT / "tests" / "data" / "dreamerv3_published.yaml").read_text())
@@ -107,7 +107,7 @@ def pixel_env():
 def test_size_preset_has_about_its_published_parameter_count(compose, pixel_env, size):
     cfg = compose(["algo=dreamer_v3", f"model={size}", "env=pendulum_pixels"])
     with torch.device("meta"):  # shapes only: no memory, no time
-        models = build_models_v3(cfg, pixel_env, torch.device("meta"))
+        models = build_models(cfg.algo, cfg.env, pixel_env, torch.device("meta"))
     count = sum(p.numel() for p in models.modules.parameters())
     nominal = int(size[4:-1]) * 1e6
     assert 0.75 * nominal <= count <= 1.25 * nominal, f"{size}: {count / 1e6:.1f}M parameters"

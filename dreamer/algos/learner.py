@@ -1,12 +1,22 @@
-"""What the Dreamer V1 and V3 learners share: the learner contract.
+"""The learner skeleton every Dreamer algorithm runs on.
 
 ``prepare(batch)`` turns sampled uint8 steps into the world model's (B, T)
-input, ``compile()`` / ``warmup(batch)`` compile and exercise the actor and
-value losses, ``update(batch)`` (per algorithm) never talks to the host:
-losses and gradient norms are stacked into one device tensor and summed in
+input; ``compile()`` / ``warmup(batch)`` compile and exercise the actor and
+value losses; ``update(batch)`` runs three phases, world model -> actor ->
+value, each one's loss under its profiling range and the update's autocast,
+each followed by ``_step`` (backward, gradient sync, grad norm / clip,
+non-finite flag, optimiser step). The update never talks to the host: losses
+and gradient norms are stacked into one device tensor and summed in
 :class:`MetricsAccumulator`; ``flush_metrics()`` does the single host transfer,
 once per log interval. ``state_dict()`` / ``load_state_dict()`` hold weights
-and optimisers (plus what a subclass adds in ``_extra_state``).
+and optimisers (plus what an algorithm adds in ``_extra_state``).
+
+An algorithm (``algos/<name>/learner.py``) subclasses :class:`BaseLearner` and
+supplies, through the constructor, its parameter groups, optimisers, the
+losses ``compile()`` may compile and its :class:`~dreamer.algos.nonfinite.NonFinitePolicy`;
+and, as methods, how its inputs are prepared (``_prepare_inputs``) and how each
+phase's loss and metrics are computed (``_world_model_phase``,
+``_actor_phase``, ``_value_phase``).
 """
 
 from __future__ import annotations
@@ -14,15 +24,19 @@ from __future__ import annotations
 import abc
 import contextlib
 import time
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 from tensordict import TensorDictBase
+from torch import nn
+from torch.nn.utils import clip_grad_norm_, get_total_norm
 from torch.profiler import record_function
 
+from dreamer.algos.nonfinite import NonFiniteGuard, NonFinitePolicy
+from dreamer.config import CompileConfig
 from dreamer.system.compile import maybe_compile
-from dreamer.config import Config
-from dreamer.run.health import NonFiniteGuard
+
+PHASES = ("world_model", "actor", "value")  # update order; also the optimiser names
 
 
 class MetricsAccumulator:
@@ -50,26 +64,72 @@ class MetricsAccumulator:
         return dict(zip(self.names + tuple(extra), host))
 
 
+class PhaseOut(NamedTuple):
+    """What one phase hook returns."""
+
+    loss: torch.Tensor  # () what this phase's optimiser minimises
+    metrics: list[torch.Tensor]  # () each: this phase's share of METRIC_NAMES, in order
+    out: Any = None  # what later phases read: the posterior latents, the imagined rollout
+
+
+def param_groups(modules: nn.ModuleDict, world_model_parts: tuple[str, ...]) -> dict[str, list[nn.Parameter]]:
+    """Each phase's parameters: the world model's parts, the actor, the value head."""
+    return {
+        "world_model": [p for k in world_model_parts for p in modules[k].parameters()],
+        "actor": list(modules["actor"].parameters()),
+        "value": list(modules["value"].parameters()),
+    }
+
+
 class BaseLearner(abc.ABC):
-    """Subclasses build ``world_model_loss``, ``actor_loss``, ``value_loss`` and
-    ``optimizers`` and implement ``update``, ``_prepare_inputs`` (observations and
-    actions as their world model reads them) and ``_warmup_step``."""
+    """The skeleton; subclasses supply the algorithm (see the module docstring).
+
+    ``METRIC_NAMES`` lists what the phases' metrics are, in order, followed by the
+    three gradient norms (world model, actor, value) the skeleton appends.
+    """
 
     METRIC_NAMES: tuple[str, ...] = ()
 
-    def __init__(self, cfg: Config, models, device: torch.device, autocast_dtype: torch.dtype | None = None):
-        self.cfg = cfg
+    def __init__(
+        self,
+        algo_cfg,
+        compile_cfg: CompileConfig,
+        models,
+        device: torch.device,
+        *,
+        batch_size: int,
+        batch_length: int,
+        autocast_dtype: torch.dtype | None,
+        params: dict[str, list[nn.Parameter]],
+        optimizers: dict[str, torch.optim.Optimizer],
+        nonfinite_policy: NonFinitePolicy,
+        grad_clip: float | None,
+        compilable: dict[str, Callable],
+    ):
+        """``params`` / ``optimizers``: one per phase (``PHASES``). ``grad_clip``: the
+        global-norm clip ``_step`` applies, or None where the optimiser clips itself
+        (the norm is then only measured). ``compilable``: name -> eager loss; phases
+        call them through ``self.loss_fns[name]``, which ``compile()`` swaps for
+        compiled versions."""
+        assert set(params) == set(optimizers) == set(PHASES), (set(params), set(optimizers))
+        self.algo_cfg = algo_cfg
+        self.compile_cfg = compile_cfg
         self.models = models
         self.device = device
         self.autocast_dtype = autocast_dtype
-        self.batch_size = cfg.buffer.batch_size
-        self.batch_length = cfg.buffer.batch_length
+        self.batch_size = batch_size
+        self.batch_length = batch_length
         self.obs_key = models.obs_key
-        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.params = params
+        self.optimizers = optimizers
+        self.nonfinite_policy = nonfinite_policy
+        self.grad_clip = grad_clip
+        self._eager_fns = dict(compilable)
+        self.loss_fns: dict[str, Callable] = dict(compilable)
         self.metrics = MetricsAccumulator(self.METRIC_NAMES, device)
         self.nonfinite = NonFiniteGuard(device)
         # Data-parallel learners average each phase's gradients across ranks
-        # here (dreamer.distributed.GradientAverager); None on one process.
+        # here (dreamer.system.distributed.GradientAverager); None on one process.
         self.grad_sync = None
 
     # -- data -----------------------------------------------------------------
@@ -77,46 +137,53 @@ class BaseLearner(abc.ABC):
         """Sampled uint8 steps (B*T) on this device -> the world model's input (B, T)."""
         with record_function("## train/transform ##"):
             batch = self._prepare_inputs(batch.reshape(self.batch_size, self.batch_length))
-            a = self.cfg.algo
+            a = self.algo_cfg
             if a.reward_scale != 1.0:
                 batch.set(("next", "reward"), batch.get(("next", "reward")) * a.reward_scale)
             # Each sequence starts from a zero latent, as in Dreamer.
-            batch.set("state", torch.zeros(*batch.shape, a.latent_state_dim, device=self.device))
-            batch.set("belief", torch.zeros(*batch.shape, a.rssm_hidden_dim, device=self.device))
+            batch.set("state", torch.zeros(*batch.shape, a.latent_state_dim, device=self.device))  # (B, T, S)
+            batch.set("belief", torch.zeros(*batch.shape, a.rssm_hidden_dim, device=self.device))  # (B, T, H)
         return batch
 
     @abc.abstractmethod
     def _prepare_inputs(self, batch: TensorDictBase) -> TensorDictBase:
         """(B, T) uint8 steps -> observations and actions as this world model reads them."""
 
-    # -- compile --------------------------------------------------------------
-    def _compilable(self) -> dict[str, Callable]:
-        """The attribute each loss is called through -> the eager loss it holds."""
-        return {"_actor_loss_fn": self.actor_loss, "_value_loss_fn": self.value_loss}
+    # -- the phases (per algorithm) --------------------------------------------
+    @abc.abstractmethod
+    def _world_model_phase(self, batch: TensorDictBase) -> PhaseOut:
+        """World-model loss on the prepared (B, T) batch; ``out``: the posterior latents."""
 
+    @abc.abstractmethod
+    def _actor_phase(self, latent: TensorDictBase) -> PhaseOut:
+        """Actor loss imagined from ``latent``; ``out``: the imagined rollout."""
+
+    @abc.abstractmethod
+    def _value_phase(self, batch: TensorDictBase, latent: TensorDictBase, imagined: TensorDictBase) -> PhaseOut:
+        """Value loss on the imagined rollout (and, if the algorithm wants, the replayed batch)."""
+
+    def _after_value_step(self) -> None:
+        """Runs after the value step, inside its range (V3: the slow critic follows)."""
+
+    # -- compile --------------------------------------------------------------
     def compile(self) -> None:
-        """Actor and value losses through torch.compile (compile.*); the world model stays eager."""
-        for attr, fn in self._compilable().items():
-            setattr(self, attr, maybe_compile(fn, self.cfg.compile))
+        """Compilable losses through torch.compile (compile.*); the world model stays eager."""
+        self.loss_fns = {name: maybe_compile(fn, self.compile_cfg) for name, fn in self._eager_fns.items()}
 
     @contextlib.contextmanager
     def _eager_losses(self):
-        eager = self._compilable()
-        compiled = {attr: getattr(self, attr) for attr in eager}
-        for attr, fn in eager.items():
-            setattr(self, attr, fn)
+        compiled, self.loss_fns = self.loss_fns, dict(self._eager_fns)
         try:
             yield
         finally:
-            for attr, fn in compiled.items():
-                setattr(self, attr, fn)
+            self.loss_fns = compiled
 
     def warmup(self, batch: TensorDictBase) -> float:
         """Compile and exercise the (compiled) losses, forward and backward, on a
         real batch before the first update; no optimiser step, and the global RNG
         streams are left as they were (a resumed run continues its own). Returns
         seconds, the eager pass and the world-model forward included."""
-        if not self.cfg.compile.enabled:
+        if not self.compile_cfg.enabled:
             return 0.0
         start = time.perf_counter()
         cuda = [self.device.index or 0] if self.device.type == "cuda" else []
@@ -126,21 +193,23 @@ class BaseLearner(abc.ABC):
             prepared = self.prepare(batch.clone())
             with self._autocast():
                 with torch.no_grad():
-                    _, latent = self.world_model_loss(prepared)
+                    latent = self._world_model_phase(prepared).out
                 # One eager pass first. TorchRL's envs fill a key cache on first use
                 # (EnvBase._cache); traced with it empty, dynamo guards on the empty
                 # cache and traces the whole imagination again on the next call.
                 with self._eager_losses():
                     self._warmup_step(prepared, latent)
-                for _ in range(self.cfg.compile.warmup_iters):
+                for _ in range(self.compile_cfg.warmup_iters):
                     self._warmup_step(prepared, latent)
         for opt in self.optimizers.values():
             opt.zero_grad(set_to_none=True)
         return time.perf_counter() - start
 
-    @abc.abstractmethod
     def _warmup_step(self, prepared: TensorDictBase, latent: TensorDictBase) -> None:
         """One forward and backward of the actor and value losses, as ``update`` calls them."""
+        actor = self._actor_phase(latent)
+        actor.loss.backward()
+        self._value_phase(prepared, latent, actor.out).loss.backward()
 
     # -- update ---------------------------------------------------------------
     def _autocast(self):
@@ -148,9 +217,48 @@ class BaseLearner(abc.ABC):
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
-    @abc.abstractmethod
     def update(self, batch: TensorDictBase) -> None:
-        """One update of every part, with no host sync."""
+        """One update of every part (world model, actor, value) with no host sync."""
+        batch = self.prepare(batch)
+        with record_function("## train/world_model ##"):
+            with self._autocast():
+                world_model = self._world_model_phase(batch)
+        wm_grad, wm_inf = self._step("world_model", world_model.loss)
+        with record_function("## train/actor ##"):
+            with self._autocast():
+                actor = self._actor_phase(world_model.out)
+            actor_grad, actor_inf = self._step("actor", actor.loss)
+        with record_function("## train/value ##"):
+            with self._autocast():
+                value = self._value_phase(batch, world_model.out, actor.out)
+            value_grad, value_inf = self._step("value", value.loss)
+            self._after_value_step()
+        self.metrics.add(
+            torch.stack([*world_model.metrics, *actor.metrics, *value.metrics, wm_grad, actor_grad, value_grad])
+        )
+        self.nonfinite.observe(torch.stack([wm_inf, actor_inf, value_inf]))
+
+    def _step(self, name: str, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Backward, gradient sync, grad norm (and clip), step; a non-finite gradient
+        norm skips the step on the device, the way ``nonfinite_policy`` does it.
+        Returns (grad norm, found_inf 0./1.). One range name for all three phases,
+        so a trace sums the optimisation work."""
+        with record_function("## train/optim ##"):
+            opt, params = self.optimizers[name], self.params[name]
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.grad_sync is not None:
+                self.grad_sync(params)
+            grad_norm = self._grad_norm(params)
+            found_inf = (~torch.isfinite(grad_norm)).float()
+            self.nonfinite_policy.step(opt, params, found_inf)
+        return grad_norm, found_inf
+
+    def _grad_norm(self, params: list[nn.Parameter]) -> torch.Tensor:
+        if self.grad_clip is None:
+            # Norm of the gradients about to be applied (the optimiser clips, e.g. V3's AGC).
+            return get_total_norm([p.grad for p in params if p.grad is not None])
+        return clip_grad_norm_(params, self.grad_clip)
 
     def flush_metrics(self) -> dict[str, float]:
         metrics = self.metrics.flush(self.nonfinite.counts())

@@ -21,10 +21,7 @@ from dreamer.config import Config, to_dict
 from dreamer.envs.factory import check_env, close_env, make_env
 from dreamer.envs.rendering import configure_mujoco_gl
 from dreamer.report.evaluation import EvalResult, evaluate
-from dreamer.algos.v1.learner import DreamerV1Learner
-from dreamer.algos.v3.learner import DreamerV3Learner
-from dreamer.algos.v1.models import build_models
-from dreamer.algos.v3.models import build_models_v3
+from dreamer.algos.registry import algorithm
 from dreamer.report.openloop import check_openloop_config, openloop_enabled, openloop_video
 from dreamer.system.profiling import TraceWindow
 from dreamer.data.replay import bytes_per_step, check_capacity, load_replay_state, make_replay_buffer, replay_state, write
@@ -36,12 +33,6 @@ from dreamer.run.signals import StopRequest
 from dreamer.data.supervisor import SupervisedCollector, WorkerDied
 
 log = logging.getLogger("dreamer")
-
-# algo.name -> (networks builder, learner class)
-ALGORITHMS = {
-    "dreamer_v1": (build_models, DreamerV1Learner),
-    "dreamer_v3": (build_models_v3, DreamerV3Learner),
-}
 
 
 @dataclass
@@ -85,8 +76,8 @@ class Trainer:
         )
 
         proof_env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
-        build, learner_cls = ALGORITHMS[cfg.algo.name]
-        self.models = build(cfg, proof_env, self.device)
+        build, learner_cls = algorithm(cfg.algo.name)
+        self.models = build(cfg.algo, cfg.env, proof_env, self.device)
         step_bytes = bytes_per_step(proof_env.rollout(1), self.models.obs_key)
         close_env(proof_env)
         need = check_capacity(cfg.buffer, step_bytes)
@@ -117,7 +108,10 @@ class Trainer:
         )
 
         try:
-            self.learner = learner_cls(cfg, self.models, self.device, autocast)
+            self.learner = learner_cls(
+                cfg.algo, cfg.compile, self.models, self.device,
+                batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length, autocast_dtype=autocast,
+            )
             self.replay = make_replay_buffer(cfg.buffer, self.device)
             self.learner.compile()
             self.eval_env = make_env(cfg.env, cfg.algo, seed=cfg.seed + 10**6, record_pixels=cfg.eval.video)

@@ -1,19 +1,17 @@
-"""Dreamer V1 learner: TorchRL's three losses, three fused-Adam optimisers, a
-sync-free update (the contract and shared parts: dreamer/learner_base.py)."""
+"""Dreamer V1 learner: TorchRL's three losses, three fused-Adam optimisers that
+skip a non-finite step in the kernel (the skeleton: dreamer/algos/learner.py)."""
 
 from __future__ import annotations
 
 import torch
 from tensordict import TensorDictBase
-from torch.nn.utils import clip_grad_norm_
-from torch.profiler import record_function
 from torchrl.objectives import DreamerActorLoss, DreamerModelLoss, DreamerValueLoss
 
-from dreamer.config import Config
-from dreamer.envs.factory import PIXELS_KEY
-from dreamer.algos.learner import BaseLearner
+from dreamer.algos.learner import BaseLearner, PhaseOut, param_groups
+from dreamer.algos.nonfinite import SkipInKernel
 from dreamer.algos.v1.models import DreamerV1Models
 from dreamer.data.transforms import VectorAsImage
+from dreamer.envs.factory import PIXELS_KEY
 
 METRIC_NAMES = (
     "loss_model_kl",
@@ -30,7 +28,7 @@ WORLD_MODEL_PARTS = ("encoder", "decoder", "prior", "posterior", "reward")
 
 def _adam(params, lr: float, eps: float) -> torch.optim.Adam:
     # Fused kernels (CUDA and CPU): only they take a device-side found_inf flag
-    # that skips a non-finite step without a host sync (see dreamer.health).
+    # that skips a non-finite step without a host sync (see dreamer.algos.nonfinite).
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
 
 
@@ -39,19 +37,21 @@ class DreamerV1Learner(BaseLearner):
 
     def __init__(
         self,
-        cfg: Config,
+        algo_cfg,
+        compile_cfg,
         models: DreamerV1Models,
         device: torch.device,
+        *,
+        batch_size: int,
+        batch_length: int,
         autocast_dtype: torch.dtype | None = None,
     ):
-        super().__init__(cfg, models, device, autocast_dtype)
-        a = cfg.algo
-        self.grad_clip = a.grad_clip
-
+        a = algo_cfg
+        obs_key = models.obs_key
         self.world_model_loss = DreamerModelLoss(
             models.world_model, lambda_kl=a.kl_scale, free_nats=a.free_nats
         )
-        self.world_model_loss.set_keys(pixels=self.obs_key, reco_pixels="reco_" + self.obs_key)
+        self.world_model_loss.set_keys(pixels=obs_key, reco_pixels="reco_" + obs_key)
         self.actor_loss = DreamerActorLoss(
             models.actor, models.value, models.model_based_env,
             imagination_horizon=a.imagination_horizon, discount_loss=True,
@@ -65,19 +65,18 @@ class DreamerV1Learner(BaseLearner):
             gamma=a.gamma, lmbda=a.lmbda, vectorized=False, time_dim=-2
         )
         self.value_loss = DreamerValueLoss(models.value, discount_loss=True, gamma=a.gamma)
-        # Called through these; compile() swaps in compiled versions.
-        self._actor_loss_fn = self.actor_loss
-        self._value_loss_fn = self.value_loss
 
-        m = models.modules
-        self.world_model_params = [p for k in WORLD_MODEL_PARTS for p in m[k].parameters()]
-        self.actor_params = list(m["actor"].parameters())
-        self.value_params = list(m["value"].parameters())
-        self.optimizers = {
-            "world_model": _adam(self.world_model_params, a.world_model_lr, a.adam_eps),
-            "actor": _adam(self.actor_params, a.actor_lr, a.adam_eps),
-            "value": _adam(self.value_params, a.value_lr, a.adam_eps),
-        }
+        params = param_groups(models.modules, WORLD_MODEL_PARTS)
+        lrs = {"world_model": a.world_model_lr, "actor": a.actor_lr, "value": a.value_lr}
+        super().__init__(
+            algo_cfg, compile_cfg, models, device,
+            batch_size=batch_size, batch_length=batch_length, autocast_dtype=autocast_dtype,
+            params=params,
+            optimizers={name: _adam(p, lrs[name], a.adam_eps) for name, p in params.items()},
+            nonfinite_policy=SkipInKernel(),
+            grad_clip=a.grad_clip,
+            compilable={"actor": self.actor_loss, "value": self.value_loss},
+        )
         self._vector_as_image = VectorAsImage()
 
     # -- data -----------------------------------------------------------------
@@ -91,52 +90,18 @@ class DreamerV1Learner(BaseLearner):
         batch.set(("next", self.obs_key), obs)
         return batch
 
-    def _warmup_step(self, prepared: TensorDictBase, latent: TensorDictBase) -> None:
-        actor_td, imagined = self._actor_loss_fn(latent.reshape(-1))
-        actor_td["loss_actor"].backward()
-        value_td, _ = self._value_loss_fn(imagined)
-        value_td["loss_value"].backward()
+    # -- the phases -------------------------------------------------------------
+    def _world_model_phase(self, batch: TensorDictBase) -> PhaseOut:
+        wm_td, latent = self.world_model_loss(batch)  # latent: (B, T) posterior states
+        loss = wm_td["loss_model_kl"] + wm_td["loss_model_reco"] + wm_td["loss_model_reward"]
+        parts = [wm_td[k].squeeze() for k in ("loss_model_kl", "loss_model_reco", "loss_model_reward")]
+        return PhaseOut(loss, parts, latent)
 
-    # -- update ---------------------------------------------------------------
-    def _step(self, name: str, loss: torch.Tensor, params: list) -> tuple[torch.Tensor, torch.Tensor]:
-        """Backward, gradient sync, clip, step; a non-finite gradient norm skips the
-        step on the device. Returns (grad norm, found_inf 0./1.). One range name for
-        all three phases, so a trace sums the optimisation work."""
-        with record_function("## train/optim ##"):
-            opt = self.optimizers[name]
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if self.grad_sync is not None:
-                self.grad_sync(params)
-            grad_norm = clip_grad_norm_(params, self.grad_clip)
-            found_inf = (~torch.isfinite(grad_norm)).float()
-            opt.found_inf = found_inf  # read by the fused Adam kernel, as GradScaler does
-            opt.step()
-        return grad_norm, found_inf
+    def _actor_phase(self, latent: TensorDictBase) -> PhaseOut:
+        # Imagination starts from every posterior state: (B, T) -> (B*T,).
+        actor_td, imagined = self.loss_fns["actor"](latent.reshape(-1))
+        return PhaseOut(actor_td["loss_actor"], [actor_td["loss_actor"].squeeze()], imagined)
 
-    def update(self, batch: TensorDictBase) -> None:
-        """One Dreamer update (world model, actor, value) with no host sync."""
-        batch = self.prepare(batch)
-        with record_function("## train/world_model ##"):
-            with self._autocast():
-                wm_td, latent = self.world_model_loss(batch)
-            wm_loss = wm_td["loss_model_kl"] + wm_td["loss_model_reco"] + wm_td["loss_model_reward"]
-        wm_grad, wm_inf = self._step("world_model", wm_loss, self.world_model_params)
-        with record_function("## train/actor ##"):
-            with self._autocast():
-                actor_td, imagined = self._actor_loss_fn(latent.reshape(-1))
-            actor_grad, actor_inf = self._step("actor", actor_td["loss_actor"], self.actor_params)
-        with record_function("## train/value ##"):
-            with self._autocast():
-                value_td, _ = self._value_loss_fn(imagined)
-            value_grad, value_inf = self._step("value", value_td["loss_value"], self.value_params)
-        self.metrics.add(
-            torch.stack(
-                [
-                    wm_td["loss_model_kl"].squeeze(), wm_td["loss_model_reco"].squeeze(),
-                    wm_td["loss_model_reward"].squeeze(), actor_td["loss_actor"].squeeze(),
-                    value_td["loss_value"].squeeze(), wm_grad, actor_grad, value_grad,
-                ]
-            )
-        )
-        self.nonfinite.observe(torch.stack([wm_inf, actor_inf, value_inf]))
+    def _value_phase(self, batch: TensorDictBase, latent: TensorDictBase, imagined: TensorDictBase) -> PhaseOut:
+        value_td, _ = self.loss_fns["value"](imagined)
+        return PhaseOut(value_td["loss_value"], [value_td["loss_value"].squeeze()])

@@ -39,9 +39,9 @@ from torchrl.modules import (
 )
 from torchrl.modules.distributions import ReparamGradientStrategy
 
-from dreamer.config import Config
-from dreamer.envs.factory import PIXELS_KEY, is_discrete, observation_key
+from dreamer.algos.policy import ActingPolicy
 from dreamer.data.transforms import PixelPreprocess
+from dreamer.envs.factory import PIXELS_KEY, is_discrete, observation_key
 from torchrl_ext import (
     CacheableRSSMPrior,
     FixedBoundsTanhNormal,
@@ -65,7 +65,7 @@ class VectorDecoder(nn.Module):
 
 
 @dataclass
-class DreamerV1Models:
+class DreamerV1Models(ActingPolicy):
     world_model: WorldModelWrapper
     model_based_env: DreamerEnv
     actor: ProbabilisticTensorDictSequential
@@ -75,34 +75,12 @@ class DreamerV1Models:
     discrete: bool
     exploration: TensorDictModule
 
-    def policy(self, explore: bool) -> TensorDictSequential:
-        """Acting on real observations; carries the belief to the next step."""
-        m = self.modules
-        obs_in = self.obs_key
-        encoder = m["encoder"]
-        if self.obs_key == PIXELS_KEY:
-            # Preprocess fused with the encoder: no float frame ever lands in the
-            # collector's tensordict (it would be copied with every batch).
-            encoder = nn.Sequential(m["preprocess"], m["encoder"])
-        steps = [
-            TensorDictModule(encoder, in_keys=[obs_in], out_keys=["_embedding"]),
-            TensorDictModule(
-                m["posterior"],
-                in_keys=["belief", "_embedding"],
-                out_keys=["_posterior_mean", "_posterior_std", "state"],
-            ),
-            self.actor,
-        ]
-        if explore:
-            steps.append(self.exploration)
-        steps.append(
-            TensorDictModule(
-                m["prior"],
-                in_keys=["state", "belief", "action"],
-                out_keys=["_prior_mean", "_prior_std", "_prior_state", ("next", "belief")],
-            )
-        )
-        return TensorDictSequential(*steps)
+    # policy(explore) (dreamer.algos.policy): Gaussian posterior and prior heads.
+    POSTERIOR_OUT_KEYS = ("_posterior_mean", "_posterior_std", "state")
+    PRIOR_OUT_KEYS = ("_prior_mean", "_prior_std", "_prior_state", ("next", "belief"))
+
+    def exploration_step(self, explore: bool) -> TensorDictModule | None:
+        return self.exploration if explore else None
 
 
 def _action_bounds(env: EnvBase) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,11 +88,12 @@ def _action_bounds(env: EnvBase) -> tuple[torch.Tensor, torch.Tensor]:
     return spec.space.low.float(), spec.space.high.float()
 
 
-def build_models(cfg: Config, env: EnvBase, device: torch.device) -> DreamerV1Models:
-    """Networks sized from ``cfg.algo`` and the env's specs, on ``device``."""
-    a = cfg.algo
+def build_models(algo_cfg, env_cfg, env: EnvBase, device: torch.device) -> DreamerV1Models:
+    """Networks sized from ``algo_cfg`` and the env's specs (``env_cfg``: which
+    observation, image size, grayscale), on ``device``."""
+    a = algo_cfg
     act = ACTIVATIONS[a.activation]
-    obs_key = observation_key(cfg.env)
+    obs_key = observation_key(env_cfg)
     discrete = is_discrete(env)
     action_spec = env.action_spec_unbatched.to(device)
     action_dim = action_spec.shape[-1]
@@ -122,18 +101,18 @@ def build_models(cfg: Config, env: EnvBase, device: torch.device) -> DreamerV1Mo
 
     modules = nn.ModuleDict()
     if obs_key == PIXELS_KEY:
-        pre = PixelPreprocess(cfg.env.image_size, cfg.env.grayscale).to(device)
+        pre = PixelPreprocess(env_cfg.image_size, env_cfg.grayscale).to(device)
         modules["preprocess"] = pre
         modules["encoder"] = ObsEncoder(
             channels=a.encoder_channels, in_channels=pre.out_channels, device=device
         )
         with torch.no_grad():
-            probe = torch.zeros(1, pre.out_channels, cfg.env.image_size, cfg.env.image_size, device=device)
+            probe = torch.zeros(1, pre.out_channels, env_cfg.image_size, env_cfg.image_size, device=device)
             embed_dim = modules["encoder"](probe).shape[-1]
         modules["decoder"] = MatmulObsDecoder(
             channels=a.encoder_channels, latent_dim=latent, out_channels=pre.out_channels, device=device
         )
-        if cfg.algo.channels_last:
+        if a.channels_last:
             # NHWC is oneDNN's native conv layout on CPU (and cuDNN's fast one), and
             # the (H, W, C) frames are already NHWC after PixelPreprocess's permute,
             # so the encoder reads them with no transposing copy.

@@ -1,7 +1,7 @@
 """Dreamer V3 networks, assembled from TorchRL's V3 modules with explicit keys.
 
 One set of ``nn.Module`` weights (``modules``), wired four ways, as in V1
-(dreamer/models.py):
+(dreamer/algos/v1/models.py):
 - ``world_model``: encoder -> RSSMRolloutV3 over (B, T) -> decoder, reward
   (two-hot logits), continue logit: what DreamerV3ModelLoss trains;
 - ``model_based_env``: prior + reward head as an imagination env;
@@ -35,7 +35,6 @@ from tensordict.nn import (
     TensorDictSequential,
 )
 from torch import nn
-from torchrl.data import Unbounded
 from torchrl.envs import DreamerEnv, EnvBase
 from torchrl.modules import (
     DreamerV3DiscreteActor,
@@ -51,9 +50,9 @@ from torchrl.modules import (
 from torchrl.modules.distributions import IndependentNormal
 from torchrl.objectives import symexp, symlog
 
-from dreamer.config import Config
-from dreamer.envs.factory import PIXELS_KEY, is_discrete, observation_key
+from dreamer.algos.policy import ActingPolicy
 from dreamer.data.transforms import PixelPreprocess
+from dreamer.envs.factory import PIXELS_KEY, is_discrete, observation_key
 
 # Image encoder stage widths (x encoder_channels): four stride-2 stages, 64 -> 4.
 IMAGE_MULTS = (2, 3, 4, 4)
@@ -114,7 +113,7 @@ class ToEnvBounds(nn.Module):
 
 
 @dataclass
-class DreamerV3Models:
+class DreamerV3Models(ActingPolicy):
     world_model: TensorDictSequential
     model_based_env: DreamerEnv
     actor: ProbabilisticTensorDictSequential
@@ -132,37 +131,19 @@ class DreamerV3Models:
             return action
         return (action - self.action_low) / (self.action_high - self.action_low) * 2.0 - 1.0
 
-    def policy(self, explore: bool) -> TensorDictSequential:
-        """Acting on real observations; carries the belief to the next step.
+    # policy(explore) (dreamer.algos.policy): categorical posterior and prior heads.
+    # V3 explores with the actor's own distribution (no added noise): the
+    # collector samples it, evaluation takes its mode (the exploration type the
+    # caller sets), so ``explore`` changes nothing (no exploration_step).
+    POSTERIOR_OUT_KEYS = ("_posterior_logits", "state")
+    PRIOR_OUT_KEYS = ("_prior_logits", "_prior_state", ("next", "belief"))
 
-        V3 explores with the actor's own distribution (no added noise): the
-        collector samples it (``explore``), evaluation takes its mode (the
-        exploration type the caller sets), so ``explore`` changes nothing here.
-        """
-        del explore
-        m = self.modules
-        encoder = m["encoder"]
-        if self.obs_key == PIXELS_KEY:
-            # Preprocess fused with the encoder: no float frame lands in the
-            # collector's tensordict (it would be copied with every batch).
-            encoder = nn.Sequential(m["preprocess"], m["encoder"])
-        steps = [
-            TensorDictModule(encoder, in_keys=[self.obs_key], out_keys=["_embedding"]),
-            TensorDictModule(
-                m["posterior"], in_keys=["belief", "_embedding"], out_keys=["_posterior_logits", "state"]
-            ),
-            self.actor,
-            TensorDictModule(
-                m["prior"], in_keys=["state", "belief", "action"],
-                out_keys=["_prior_logits", "_prior_state", ("next", "belief")],
-            ),
-        ]
-        if not self.discrete:
-            # Last, so the belief above was advanced with the [-1, 1] action the
-            # world model is trained on.
-            bounds = ToEnvBounds(self.action_low, self.action_high)
-            steps.append(TensorDictModule(bounds, in_keys=["action"], out_keys=["action"]))
-        return TensorDictSequential(*steps)
+    def env_action_step(self) -> TensorDictModule | None:
+        """Continuous actions: the actor's [-1, 1] -> the env's bounds."""
+        if self.discrete:
+            return None
+        bounds = ToEnvBounds(self.action_low, self.action_high)
+        return TensorDictModule(bounds, in_keys=["action"], out_keys=["action"])
 
 
 def _mlp(a, in_features: int, out_features: int | None, device, outscale: float = 1.0) -> DreamerV3MLP:
@@ -172,10 +153,11 @@ def _mlp(a, in_features: int, out_features: int | None, device, outscale: float 
     )
 
 
-def build_models_v3(cfg: Config, env: EnvBase, device: torch.device) -> DreamerV3Models:
-    """Networks sized from ``cfg.algo`` and the env's specs, on ``device``."""
-    a = cfg.algo
-    obs_key = observation_key(cfg.env)
+def build_models(algo_cfg, env_cfg, env: EnvBase, device: torch.device) -> DreamerV3Models:
+    """Networks sized from ``algo_cfg`` and the env's specs (``env_cfg``: which
+    observation, image size, grayscale), on ``device``."""
+    a = algo_cfg
+    obs_key = observation_key(env_cfg)
     discrete = is_discrete(env)
     action_spec = env.action_spec_unbatched
     action_dim = action_spec.shape[-1]
@@ -188,9 +170,9 @@ def build_models_v3(cfg: Config, env: EnvBase, device: torch.device) -> DreamerV
 
     modules = nn.ModuleDict()
     if obs_key == PIXELS_KEY:
-        pre = PixelPreprocess(cfg.env.image_size, cfg.env.grayscale)
+        pre = PixelPreprocess(env_cfg.image_size, env_cfg.grayscale)
         modules["preprocess"] = nn.Sequential(pre, ToUnitRange()).to(device)
-        image_shape = (pre.out_channels, cfg.env.image_size, cfg.env.image_size)
+        image_shape = (pre.out_channels, env_cfg.image_size, env_cfg.image_size)
         modules["encoder"] = DreamerV3ImageEncoder(
             in_channels=pre.out_channels, depth=a.encoder_channels, mults=IMAGE_MULTS,
             kernel_size=IMAGE_KERNEL, device=device,
