@@ -151,7 +151,7 @@ class Trainer:
         if r.cfg.compile.enabled and r.ranks.is_main:  # one writer per run dir
             compile_cache.save_artifact(r.run_dir)  # portable: compile.cache_artifact=<this file>
         self.warm = True
-        r.cadence.ratio.owed(0)
+        r.cadence.ratio.owed(0)  # as before: whole updates owed from before learning began are dropped
         self.steady_start, self.updates0, self.frames0 = time.perf_counter(), n.updates, n.frames
         n.timers["eval_s"] = 0.0
 
