@@ -6,14 +6,18 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hydra
 from omegaconf import DictConfig
 
 from dreamer.system import distributed
-from dreamer.run import preemption
+from dreamer.run.stopping import under_requeueing_scheduler
 from dreamer.config import load_config, register_configs
 from dreamer.errors import UserError
+
+if TYPE_CHECKING:
+    from dreamer.run.result import RunResult
 
 register_configs()
 log = logging.getLogger("dreamer")
@@ -38,19 +42,17 @@ def overridden_keys(dict_cfg: DictConfig) -> set[str]:
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(dict_cfg: DictConfig) -> dict:
+def main(dict_cfg: DictConfig) -> RunResult:
     import torch.multiprocessing as mp
     from hydra.core.hydra_config import HydraConfig
 
     # Workers must start clean: spawn, never fork (fork would copy any
     # compiler / CUDA state the parent has).
     mp.set_start_method("spawn", force=True)
-    if "SLURM_JOB_ID" in os.environ:
-        # A SLURM batch job: a stop signal (--signal=...@seconds before the time
-        # limit, or preemption) checkpoints and exits 0, so the batch script can
-        # requeue it (scripts/sbatch_dreamer.sh). Under hydra-submitit-launcher
-        # the launcher installs these handlers itself.
-        preemption.install()
+    # A SLURM job (scripts/sbatch_dreamer.sh) or the requeueing launcher: a stop
+    # signal (--signal=...@seconds before the time limit, or preemption)
+    # checkpoints and exits 0, and the scheduler requeues the run.
+    requeue = under_requeueing_scheduler(os.environ)
     ranks = distributed.ranks_from_env(os.environ)  # torchrun's, else a single process
     try:
         cfg = load_config(dict_cfg, environ=os.environ)
@@ -59,12 +61,13 @@ def main(dict_cfg: DictConfig) -> dict:
         distributed.setup(cfg.distributed, cfg.device, ranks)
         try:
             overridden = overridden_keys(dict_cfg) if cfg.resume else set()
-            summary = train(cfg, Path(HydraConfig.get().runtime.output_dir), ranks, overridden)
+            result = train(cfg, Path(HydraConfig.get().runtime.output_dir), ranks, overridden, requeue=requeue)
         finally:
             distributed.teardown(ranks)
-        state = "stopped early" if summary.get("preempted") else "done"
+        state = "stopped early" if result.preempted else "done"
+        summary = result.to_dict()
         log.info("%s: %s", state, {k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()})
-        return summary  # a launcher (hydra_plugins/dreamer_launcher) reads it
+        return result  # a launcher (hydra_plugins/dreamer_launcher) reads it
     except UserError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

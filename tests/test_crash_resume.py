@@ -10,7 +10,7 @@ import torch
 
 from dreamer.run import checkpoint as ckpt
 from dreamer.config import load_config
-from dreamer.run.trainer import Trainer
+from dreamer.run.build import build_run
 from helpers_e2e import FAST, alive, descendants, read_metrics, start, wait_for
 
 # checkpoint.every=20: a checkpoint about every collector batch; the replay
@@ -69,26 +69,25 @@ def test_kill_9_at_random_moments_then_resume_is_exact(tmp_path):
 
     # The newest complete checkpoint is what a resume restores, tensor for tensor.
     saved = ckpt.load_latest(run_dir)
-    trainer = Trainer(load_config({"resume": str(run_dir)}), run_dir)
+    run = build_run(load_config({"resume": str(run_dir)}), run_dir)
     try:
-        assert (trainer.counters.frames, trainer.counters.steps, trainer.counters.updates) == (
+        assert (run.counters.frames, run.counters.steps, run.counters.updates) == (
             saved["counters"]["frames"], saved["counters"]["steps"], saved["counters"]["updates"])
-        assert _tensors_equal(trainer.learner.state_dict(), saved["learner"])  # weights and optimisers
+        assert _tensors_equal(run.learner.state_dict(), saved["learner"])  # weights and optimisers
         assert torch.equal(torch.get_rng_state(), saved["rng"]["torch"])
         numpy_state, saved_numpy = np.random.get_state(), saved["rng"]["numpy"]
         assert numpy_state[0] == saved_numpy["bit_generator"]
         assert np.array_equal(numpy_state[1], saved_numpy["keys"].numpy())
         assert numpy_state[2:] == (saved_numpy["pos"], saved_numpy["has_gauss"], saved_numpy["cached_gaussian"])
         assert random.getstate() == saved["rng"]["python"]
-        replay, stored = trainer.replay.state_dict(), saved["replay"]
+        replay, stored = run.replay.state_dict(), saved["replay"]
         n = stored["_storage"]["_len"]
-        assert len(trainer.replay) == n > 0  # not silently empty
+        assert len(run.replay) == n > 0  # not silently empty
         for key, column in stored["_storage"]["_storage"].items():  # rows past _len were never written
             assert torch.equal(replay["_storage"]["_storage"][key][:n], column[:n]), key
         assert replay["_writer"] == stored["_writer"]  # the next write lands where it would have
     finally:
-        trainer.collector.shutdown()
-        trainer.stop.uninstall()
+        run.close()
 
     # Finish the run: it continues from the checkpoint, and metrics never go backwards.
     target = saved["counters"]["frames"] + 200

@@ -15,7 +15,7 @@ from torchrl.collectors import BaseCollector, Collector, MultiAsyncCollector
 from dreamer.system.compile import compile_kwargs
 from dreamer.config import CollectorConfig, CompileConfig, EnvConfig
 from dreamer.envs.factory import env_factory
-from dreamer.run.signals import ignore_stop_signals
+from dreamer.run.stopping import ignore_stop_signals
 from torchrl_ext import LivenessCheckedSharedMemWeightSyncScheme
 
 

@@ -1,0 +1,150 @@
+"""Everything a run needs, built in one place and in the one order that works:
+collector workers are spawned before any compile state exists."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import time
+from pathlib import Path
+
+import torch
+
+from dreamer.config import Config, to_dict
+from dreamer.algos.registry import algorithm
+from dreamer.data.collectors import make_collector
+from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buffer
+from dreamer.data.supervisor import SupervisedCollector
+from dreamer.envs.factory import check_env, close_env, make_env
+from dreamer.envs.rendering import configure_mujoco_gl
+from dreamer.report.logger import RunLogger
+from dreamer.report.openloop import check_openloop_config, openloop_enabled
+from dreamer.run import resume
+from dreamer.run.cadence import Every, Ratio
+from dreamer.run.state import Cadence, Run
+from dreamer.run.stopping import Stopper
+from dreamer.system import compile_cache, distributed
+from dreamer.system.profiling import TraceWindow
+from dreamer.system.cpus import cpu_budget, split_cores
+from dreamer.system.device import resolve_autocast, resolve_device
+from dreamer.system.memory import retain_freed_host_memory
+
+log = logging.getLogger("dreamer")
+
+
+def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed.Ranks(),
+              overridden: set[str] = frozenset(), *, requeue: bool = False) -> Run:
+    """The run's collaborators, restored from its checkpoint when ``cfg.resume`` is set.
+
+    ``overridden``: config keys the command line set (checked against the
+    allow-list on resume). ``requeue``: a requeueing scheduler runs us (a stop
+    signal then means checkpoint and hand back). Whatever was built is torn
+    down again if a later step fails (live workers would keep the process
+    from exiting: it joins them at exit).
+    """
+    started = time.perf_counter()
+    stopper = Stopper(requeue=requeue).install()  # SIGTERM/SIGINT/SIGUSR1/2 -> finish cleanly
+    with contextlib.ExitStack() as teardown:
+        teardown.callback(stopper.uninstall)  # runs last
+        resumed_state = None
+        if cfg.resume:
+            run_dir, cfg, resumed_state = resume.open_run(cfg, overridden)
+        else:
+            resume.refuse_run_dir_with_checkpoints(Path(run_dir))
+        run_dir = Path(run_dir)
+        stopper.limit_time(started, cfg.train.max_minutes)
+        check_openloop_config(cfg.eval, cfg.env, cfg.buffer.batch_length)
+
+        device = distributed.rank_device(resolve_device(cfg.device), ranks)
+        if ranks.enabled:  # every rank leaves the loop at the same update
+            stopper.vote = functools.partial(distributed.max_over_ranks, device=device)
+        cpus = cpu_budget(ranks.local_world_size)
+        workers, threads = split_cores(cpus.cores, cfg.collector.num_workers, cfg.threads)
+        log.info("%s: %d collector worker(s), %d learner thread(s)", cpus.describe(), workers, threads)
+        torch.set_num_threads(threads)
+        if cfg.env.backend == "dm_control":
+            # Probed once here; workers inherit it. Each rank renders on its own GPU under EGL.
+            configure_mujoco_gl(egl_device=device.index if device.type == "cuda" else None)
+        check_env(cfg.env, cfg.algo)  # a bad env name fails here, in one line, not in a worker
+        retained = cfg.retain_host_memory and retain_freed_host_memory()
+        torch.manual_seed(cfg.seed)
+        autocast = resolve_autocast(cfg.autocast, device)
+        log.info(
+            "device=%s workers=%d learner_threads=%d autocast=%s retain_host_memory=%s", device,
+            workers, torch.get_num_threads(), autocast, retained,
+        )
+
+        build_models, learner_cls = algorithm(cfg.algo.name)
+        proof_env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
+        models = build_models(cfg.algo, cfg.env, proof_env, device)
+        step_bytes = bytes_per_step(proof_env.rollout(1), models.obs_key)
+        close_env(proof_env)
+        need = check_capacity(cfg.buffer, step_bytes)
+        log.info("replay: %d steps x %d bytes = %.2f GiB", cfg.buffer.capacity, step_bytes, need / 2**30)
+
+        # Before the workers spawn (they inherit the cache dir) and before any compile.
+        compile_cache.use_cache_dir(cfg.compile)
+        artifact = compile_cache.artifact_to_load(cfg.compile, run_dir, resumed_state is not None)
+        if artifact is not None and cfg.compile.enabled:
+            compile_cache.load_artifact(artifact)
+
+        random_frames = cfg.collector.init_random_frames
+        if resumed_state is not None:
+            random_frames = 0  # the policy is trained already
+        trace_window = TraceWindow(cfg.profiling, active=ranks.is_main)
+        # Released as soon as the loop stops collecting (before the final eval), else at teardown.
+        collection = teardown.enter_context(contextlib.ExitStack())
+        collection.callback(trace_window.finish)  # after the workers wrote their traces
+        # Collectors first: workers are spawned before any compile state exists
+        # (a restart after a worker died spawns fresh interpreters: still clean).
+        collector = SupervisedCollector(
+            lambda restarted: make_collector(
+                cfg.collector, cfg.env, cfg.algo, cfg.compile, models.policy(explore=True), seed=cfg.seed,
+                workers=workers, random_frames=0 if restarted else random_frames,
+                learner_threads=threads, worker_hook=trace_window.collector_hook(), rank=ranks.rank,
+            ),
+            restart=cfg.collector.restart_on_failure, max_restarts=cfg.collector.max_restarts,
+            should_stop=lambda: stopper.requested is not None,
+        )
+        collection.callback(collector.shutdown)
+
+        learner = learner_cls(
+            cfg.algo, cfg.compile, models, device,
+            batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length, autocast_dtype=autocast,
+        )
+        replay = make_replay_buffer(cfg.buffer, device)
+        learner.compile()
+        eval_env = make_env(cfg.env, cfg.algo, seed=cfg.seed + 10**6, record_pixels=cfg.eval.video)
+        teardown.callback(close_env, eval_env)
+        updates_per_step = cfg.train.train_ratio / (cfg.buffer.batch_size * cfg.buffer.batch_length)
+        cadence = Cadence(
+            ratio=Ratio(updates_per_step),
+            sync_weights=Every(cfg.collector.weight_sync_every),
+            log_due=Every(cfg.logger.log_every),
+            eval_due=Every(cfg.eval.every),
+            checkpoint_due=Every(cfg.checkpoint.every),
+        )
+        run_name = "-".join(p for p in (cfg.experiment, cfg.env.name, cfg.model, f"s{cfg.seed}") if p)
+        logger = RunLogger(cfg.logger, run_dir, run_name=run_name, config=to_dict(cfg), enabled=ranks.is_main)
+        teardown.callback(logger.close)  # runs first
+
+        run = Run(
+            cfg=cfg, run_dir=run_dir, ranks=ranks, device=device, started=started, stopper=stopper,
+            models=models, learner=learner, replay=replay, collector=collector, eval_env=eval_env,
+            eval_policy=models.policy(explore=False), cadence=cadence, logger=logger,
+            trace_window=trace_window, openloop=openloop_enabled(cfg.eval, cfg.env), resumed=resumed_state is not None,
+            collection=collection,
+        )
+        if resumed_state is not None:
+            run.restore(resumed_state)
+        else:
+            logger.rewind(0)  # lines of an attempt that died before its first checkpoint
+        if ranks.enabled:
+            distributed.broadcast_module(models.modules)  # identical start on every rank
+            learner.grad_sync = distributed.GradientAverager(ranks.world_size)
+        if ranks.is_main:
+            (run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+        run.teardown = teardown.pop_all()  # from here on, run.close() tears it down
+    return run

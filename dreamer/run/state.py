@@ -1,0 +1,111 @@
+"""What a run is made of (:class:`Run`, built by ``dreamer.run.build.build_run``) and its checkpoint."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dreamer.config import Config, to_dict
+from dreamer.data.replay import load_replay_state, replay_state
+from dreamer.run import checkpoint as ckpt
+from dreamer.run.cadence import Every, Ratio
+from dreamer.run.stopping import Stopper
+from dreamer.system.distributed import Ranks
+from dreamer.system.profiling import TraceWindow
+
+log = logging.getLogger("dreamer")
+
+
+@dataclass
+class Counters:
+    frames: int = 0  # env frames (agent steps x action repeat)
+    steps: int = 0  # agent steps stored
+    updates: int = 0
+    timers: dict = field(default_factory=lambda: {"random_phase_s": 0.0, "compile_warmup_s": 0.0, "eval_s": 0.0})
+
+
+@dataclass
+class Cadence:
+    """The loop's clocks: updates owed per collected step, and what is due every N updates."""
+
+    ratio: Ratio
+    sync_weights: Every
+    log_due: Every
+    eval_due: Every
+    checkpoint_due: Every
+
+    def state_dict(self) -> dict:
+        return {f.name: getattr(self, f.name).state_dict() for f in fields(self)}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, sub in state.items():
+            getattr(self, name).load_state_dict(sub)
+
+
+@dataclass
+class Run:
+    """The collaborators of one training run. ``close()`` is the one teardown
+    (progress bar, collector workers, trace window, eval env, logger, signal
+    handlers), safe to call again; ``collection`` is its first part, closed as
+    soon as the loop stops collecting."""
+
+    cfg: Config
+    run_dir: Path
+    ranks: Ranks
+    device: torch.device
+    started: float  # time.perf_counter() at start: wall_s and train.max_minutes count from here
+    stopper: Stopper
+    models: Any  # the algorithm's networks (obs_key, modules, policy())
+    learner: Any  # a BaseLearner
+    replay: Any  # a TensorDictReplayBuffer
+    collector: Any  # a SupervisedCollector
+    eval_env: Any
+    eval_policy: Any
+    cadence: Cadence
+    logger: Any  # a RunLogger
+    trace_window: TraceWindow
+    openloop: bool  # log open-loop imagination videos at each eval
+    resumed: bool
+    counters: Counters = field(default_factory=Counters)
+    collection: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    teardown: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    def close(self) -> None:
+        self.teardown.close()
+
+    # -- checkpoint -----------------------------------------------------------
+    def state_dict(self) -> dict:
+        n = self.counters
+        return {
+            "config": to_dict(self.cfg),
+            "counters": {"frames": n.frames, "steps": n.steps, "updates": n.updates},
+            "learner": self.learner.state_dict(),
+            "cadence": self.cadence.state_dict(),
+            "rng": ckpt.rng_state(),
+            **({"replay": replay_state(self.replay)} if self.cfg.checkpoint.replay else {}),
+        }
+
+    def restore(self, state: dict) -> None:
+        c = state["counters"]
+        self.counters.frames, self.counters.steps, self.counters.updates = c["frames"], c["steps"], c["updates"]
+        self.learner.load_state_dict(state["learner"])
+        self.cadence.load_state_dict(state["cadence"])
+        ckpt.set_rng_state(state["rng"])
+        if "replay" in state:
+            load_replay_state(self.replay, state["replay"])
+            log.info("replay buffer restored: %d steps", len(self.replay))
+        else:
+            log.info("replay buffer not in the checkpoint (checkpoint.replay=false): refilling it")
+        self.logger.rewind(c["updates"])  # lines logged after this checkpoint are replayed anew
+        log.info("checkpoint %s", state["path"])
+        log.info("resumed from %s at frames=%d updates=%d", self.run_dir, c["frames"], c["updates"])
+
+    def save(self) -> Path | None:
+        if not self.ranks.is_main:
+            return None  # the weights are rank 0's
+        return ckpt.save_checkpoint(self.run_dir, self.state_dict(), self.counters.updates, self.cfg.checkpoint.keep)

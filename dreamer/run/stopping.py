@@ -1,0 +1,136 @@
+"""Why a run stops early, in one object: stop signals, the wall-clock budget, the rank vote.
+
+SIGTERM (preemption, scancel), SIGINT (Ctrl-C) and SIGUSR1/SIGUSR2 (SLURM's
+``--signal=...@seconds`` before the time limit) ask the run to stop; a second
+SIGINT exits at once. A handler only records the first signal's name; the
+train loop asks :meth:`Stopper.poll` at safe points (before every update and
+after every batch), so nothing is interrupted mid-write.
+
+What a stop by signal means depends on who runs us. Under a requeueing
+scheduler (a SLURM batch job, or hydra_plugins/dreamer_launcher) the run is
+not finished: it checkpoints and returns ``finished_by="preempted"`` (no final
+eval, no summary) and the requeued job resumes it. Otherwise it finishes
+early: final checkpoint, summary (``stopped_by``), exit 0.
+
+Collector workers ignore the stop signals (a Ctrl-C or a SLURM signal reaches
+the whole process group): the main process shuts them down itself, and they
+exit on their own when its pipe closes (the main process was killed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from typing import Callable, Mapping
+
+import psutil
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+FORCED_EXIT_CODE = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+# Set by the requeueing launcher in its job process (read once, at the entry point).
+REQUEUE_ENV = "DREAMER_REQUEUE"
+
+# Why the loop ends early, in rising priority: the ranks vote with the index
+# (max over ranks) and all leave for the strongest reason any of them has.
+REASONS = (None, "max_minutes", "signal")
+
+
+def under_requeueing_scheduler(environ: Mapping[str, str]) -> bool:
+    """A SLURM job, or the requeueing launcher: a stop then means checkpoint and requeue."""
+    return "SLURM_JOB_ID" in environ or environ.get(REQUEUE_ENV) == "1"
+
+
+class Stopper:
+    """Installed for the length of a run (:meth:`install`, :meth:`uninstall`).
+
+    ``requested``: the name of the first stop signal (later ones keep it).
+    ``deadline``: a ``clock()`` time (train.max_minutes) or None.
+    ``vote``: reduces a reason's index over the ranks (max), or None for one process.
+    """
+
+    def __init__(self, *, requeue: bool = False, clock: Callable[[], float] = time.perf_counter):
+        self.requeue = requeue
+        self.requested: str | None = None
+        self.deadline: float | None = None
+        self.vote: Callable[[int], int] | None = None
+        self._clock = clock
+        self._previous: dict[int, object] = {}
+
+    # -- signals --------------------------------------------------------------
+    def install(self) -> "Stopper":
+        """Route the stop signals here, remembering the handlers they replace
+        (installing twice keeps the first ones: those are what uninstall restores)."""
+        for sig in STOP_SIGNALS:
+            previous = signal.signal(sig, self._handle)
+            self._previous.setdefault(sig, previous)
+        return self
+
+    def uninstall(self) -> None:
+        """Put back the handlers :meth:`install` replaced (a no-op the second time)."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested is not None and signum == signal.SIGINT:
+            print("error: second SIGINT: exiting now without a final checkpoint", file=sys.stderr)
+            kill_children()
+            os._exit(FORCED_EXIT_CODE)
+        self.request(signal.Signals(signum).name)
+
+    def request(self, name: str) -> None:
+        """Ask to stop (what a signal does; also callable directly)."""
+        if self.requested is None:
+            self.requested = name
+            print(f"{name}: stopping after this step; writing a final checkpoint "
+                  "(SIGINT again exits at once)", file=sys.stderr, flush=True)
+
+    # -- budget and vote ------------------------------------------------------
+    def limit_time(self, started: float, minutes: float | None) -> None:
+        """train.max_minutes, counted from ``started`` (a ``clock()`` time)."""
+        self.deadline = None if minutes is None else started + 60.0 * minutes
+
+    def local_reason(self) -> str | None:
+        if self.requested is not None:
+            return "signal"
+        if self.deadline is not None and self._clock() >= self.deadline:
+            return "max_minutes"
+        return None
+
+    def poll(self) -> str | None:
+        """Why the loop must end now, the same on every rank (they leave together):
+        a stop signal (here or on any rank), the wall-clock budget, or None."""
+        code = REASONS.index(self.local_reason())
+        if self.vote is not None:
+            code = self.vote(code)
+        return REASONS[code]
+
+    def finished_by(self, reason: str | None) -> str:
+        """The run's outcome for the loop's exit ``reason`` (None: it ran its frames)."""
+        if reason is None:
+            return "total_frames"
+        if reason == "signal" and self.requeue:
+            return "preempted"  # a requeueing scheduler continues the run
+        return reason
+
+    @property
+    def why(self) -> str:
+        """For log lines: the signal, or that another rank had one."""
+        return self.requested or "rank signal"
+
+
+def kill_children() -> None:
+    """SIGKILL every process this one started (collector workers and their helpers)."""
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+
+
+def ignore_stop_signals() -> None:
+    """Collector worker start-up hook: the main process owns the workers' lifetime
+    (a Ctrl-C or a SLURM signal reaches the whole process group)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)

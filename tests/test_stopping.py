@@ -1,0 +1,106 @@
+"""dreamer/run/stopping.py: stop signals record why; the deadline, the rank vote and the
+requeue flag turn that into how the run ends; the previous handlers come back."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from dreamer.run.stopping import STOP_SIGNALS, Stopper, under_requeueing_scheduler
+
+
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_raises_the_flag_instead_of_killing_the_process(signum, capsys):
+    before = signal.getsignal(signum)
+    stopper = Stopper().install()
+    try:
+        assert stopper.requested is None and stopper.poll() is None
+        os.kill(os.getpid(), signum)
+        assert stopper.requested == signal.Signals(signum).name
+        assert stopper.poll() == "signal"
+    finally:
+        stopper.uninstall()
+    assert signal.getsignal(signum) is before
+    assert f"{signal.Signals(signum).name}: stopping after this step; writing a final checkpoint" in \
+        capsys.readouterr().err
+
+
+def test_install_starts_with_no_request():
+    earlier = Stopper().install()
+    earlier.request("SIGTERM")
+    earlier.uninstall()
+    stopper = Stopper().install()
+    try:
+        assert stopper.requested is None and stopper.poll() is None
+    finally:
+        stopper.uninstall()
+
+
+def test_installing_twice_still_restores_the_original_handlers():
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    stopper = Stopper()
+    stopper.install()
+    stopper.install()
+    stopper.uninstall()
+    stopper.uninstall()  # a second teardown changes nothing
+    assert {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} == before
+
+
+def test_the_first_signal_is_the_reason(capsys):
+    stopper = Stopper().install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert stopper.requested == "SIGTERM"
+    finally:
+        stopper.uninstall()
+    assert capsys.readouterr().err.count("stopping after this step") == 1
+
+
+@pytest.mark.parametrize("requeue, finished_by", [(False, "signal"), (True, "preempted")])
+def test_a_signal_under_a_requeueing_scheduler_means_preempted(requeue, finished_by):
+    stopper = Stopper(requeue=requeue)
+    assert stopper.finished_by(stopper.poll()) == "total_frames"
+    stopper.request("SIGUSR1")
+    assert stopper.finished_by(stopper.poll()) == finished_by
+
+
+def test_the_deadline_gives_max_minutes_and_a_signal_outranks_it():
+    now = [100.0]
+    stopper = Stopper(requeue=True, clock=lambda: now[0])
+    stopper.limit_time(started=100.0, minutes=0.5)
+    assert stopper.poll() is None
+    now[0] = 129.9
+    assert stopper.poll() is None
+    now[0] = 130.0
+    assert stopper.poll() == "max_minutes"
+    assert stopper.finished_by("max_minutes") == "max_minutes"  # not preempted: the budget is the user's
+    stopper.request("SIGTERM")
+    assert stopper.poll() == "signal"
+
+
+def test_no_budget_never_expires():
+    stopper = Stopper(clock=lambda: 1e12)
+    stopper.limit_time(started=0.0, minutes=None)
+    assert stopper.poll() is None
+
+
+def test_the_ranks_vote_for_the_strongest_reason():
+    votes = []
+
+    def another_rank_has_a_signal(code: int) -> int:  # what max_over_ranks returns
+        votes.append(code)
+        return max(code, 2)
+
+    stopper = Stopper()
+    stopper.vote = another_rank_has_a_signal
+    assert stopper.poll() == "signal" and votes == [0]  # this rank had no reason of its own
+    assert stopper.requested is None and stopper.why == "rank signal"
+
+
+def test_slurm_jobs_and_the_requeueing_launcher_are_requeueing_schedulers():
+    assert not under_requeueing_scheduler({})
+    assert under_requeueing_scheduler({"SLURM_JOB_ID": "4242"})
+    assert under_requeueing_scheduler({"DREAMER_REQUEUE": "1"})

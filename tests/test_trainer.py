@@ -1,0 +1,258 @@
+"""dreamer/run/trainer.py with fake collaborators: how each way out of the loop ends
+(its result, its checkpoint) and that the one teardown runs exactly once on every path."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from dreamer.data.supervisor import WorkerDied
+from dreamer.report.evaluation import EvalResult
+from dreamer.run import checkpoint as ckpt
+from dreamer.run import trainer as trainer_module
+from dreamer.run.cadence import Every, Ratio
+from dreamer.run.state import Cadence, Run
+from dreamer.run.stopping import STOP_SIGNALS, Stopper
+from dreamer.run.trainer import Trainer
+from dreamer.system.distributed import Ranks
+from dreamer.system.profiling import TraceWindow
+from helpers_unit import tiny_config
+
+STEPS = 10  # agent steps per fake collector batch
+
+
+class FakeCollector:
+    def __init__(self, calls: Counter, batches: int, on_batch=None):
+        self.calls, self.batches, self.on_batch = calls, batches, on_batch or (lambda i: None)
+
+    def __iter__(self):
+        for i in range(self.batches):
+            self.on_batch(i)  # may raise (a dead worker) or ask to stop
+            yield TensorDict({}, batch_size=[STEPS])
+
+    def update_policy_weights_(self):
+        self.calls["weights"] += 1
+
+    def shutdown(self):
+        self.calls["collector.shutdown"] += 1
+
+
+class FakeReplay:
+    def __init__(self):
+        self.size = 0
+
+    def extend(self, steps):
+        self.size += steps.shape[0]
+
+    def __len__(self):
+        return self.size
+
+    def sample(self):
+        return None
+
+    def state_dict(self):
+        return {}
+
+
+class FakeLearner:
+    def __init__(self, calls: Counter, fail_at_update=None):
+        self.calls, self.fail_at_update = calls, fail_at_update
+
+    def warmup(self, sample):
+        return 0.5
+
+    def update(self, sample):
+        self.calls["update"] += 1
+        if self.calls["update"] == self.fail_at_update:
+            raise RuntimeError("boom in an update")
+
+    def flush_metrics(self):
+        return {}
+
+    def state_dict(self):
+        return {"w": torch.zeros(1)}
+
+
+class FakeLogger:
+    def __init__(self, calls: Counter):
+        self.calls, self.records, self.summary = calls, [], None
+
+    def log(self, record):
+        self.records.append(record)
+
+    def write_summary(self, summary):
+        self.summary = summary
+
+    def log_learning_curve(self, frames):
+        self.calls["learning_curve"] += 1
+
+    def close(self):
+        self.calls["logger.close"] += 1
+
+
+def fake_run(tmp_path, *, batches=6, on_batch=None, requeue=False, fail_at_update=None):
+    """A Run of fakes, its teardown wired as build_run wires it."""
+    cfg = tiny_config()
+    cfg.env.action_repeat = 1
+    cfg.collector.init_random_frames = 0
+    cfg.train.total_frames = batches * STEPS
+    cfg.train.train_ratio = 10  # 2 x 5 replayed steps per update: one update per agent step
+    cfg.logger.log_every = cfg.eval.every = 1000
+    cfg.checkpoint.every = 25
+    calls = Counter()
+    stopper = Stopper(requeue=requeue).install()
+    teardown = contextlib.ExitStack()
+    teardown.callback(stopper.uninstall)
+    collection = teardown.enter_context(contextlib.ExitStack())
+    collection.callback(lambda: calls.update(["trace_window.finish"]))
+    collector = FakeCollector(calls, batches, on_batch)
+    collection.callback(collector.shutdown)
+    teardown.callback(lambda: calls.update(["eval_env.close"]))
+    logger = FakeLogger(calls)
+    teardown.callback(logger.close)
+    run = Run(
+        cfg=cfg, run_dir=tmp_path, ranks=Ranks(), device=torch.device("cpu"), started=0.0, stopper=stopper,
+        models=SimpleNamespace(obs_key="observation"), learner=FakeLearner(calls, fail_at_update),
+        replay=FakeReplay(), collector=collector, eval_env=None, eval_policy=None,
+        cadence=Cadence(Ratio(1.0), Every(10), Every(1000), Every(1000), Every(25)), logger=logger,
+        trace_window=TraceWindow(cfg.profiling), openloop=False, resumed=False, collection=collection,
+        teardown=teardown,
+    )
+    return run, calls
+
+
+@pytest.fixture(autouse=True)
+def fake_evaluate(monkeypatch):
+    monkeypatch.setattr(trainer_module, "evaluate", lambda *a, **k: EvalResult([1.0, 3.0]))
+
+
+@pytest.fixture(autouse=True)
+def handlers_restored():
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    yield
+    assert {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} == before
+
+
+def torn_down_once(calls: Counter) -> bool:
+    return all(calls[name] == 1 for name in
+               ("collector.shutdown", "trace_window.finish", "eval_env.close", "logger.close"))
+
+
+def test_a_run_to_total_frames_evaluates_checkpoints_and_summarises(tmp_path):
+    run, calls = fake_run(tmp_path)
+    result = Trainer(run).run()
+    assert result.finished_by == "total_frames" and result.stopped_by is None
+    assert (result.frames, result.updates) == (60, 60)
+    assert result.eval_episodes == 2 and result.eval_return_mean == 2.0  # the final eval
+    assert run.logger.summary == result.to_dict() and calls["learning_curve"] == 1
+    assert ckpt.load_latest(tmp_path)["counters"]["updates"] == 60
+    assert torn_down_once(calls)
+
+
+def test_a_stop_signal_mid_batch_checkpoints_refunds_and_skips_the_final_eval(tmp_path):
+    run, calls = fake_run(tmp_path, batches=100, on_batch=lambda i: i == 3 and run.stopper.request("SIGTERM"))
+    result = Trainer(run).run()
+    assert result.finished_by == "signal" and result.stopped_by == "SIGTERM"
+    assert result.frames == 40 and result.updates == 30  # the 4th batch's updates were not made
+    assert result.eval_episodes == 0 and run.logger.summary["stopped_by"] == "SIGTERM"
+    saved = ckpt.load_latest(tmp_path)
+    assert saved["counters"]["updates"] == 30 and saved["cadence"]["ratio"]["credit"] >= STEPS  # still owed
+    assert torn_down_once(calls)
+
+
+def test_under_a_requeueing_scheduler_a_signal_checkpoints_and_hands_back(tmp_path):
+    run, calls = fake_run(tmp_path, batches=100, requeue=True,
+                          on_batch=lambda i: i == 3 and run.stopper.request("SIGUSR1"))
+    result = Trainer(run).run()
+    assert result.preempted and result.to_dict() == {
+        "preempted": True, "run_dir": str(tmp_path), "frames": 40, "updates": 30,
+        "stopped_by": "SIGUSR1", "finished_by": "preempted"}
+    assert run.logger.summary is None and calls["learning_curve"] == 0  # not finished: no summary
+    assert ckpt.load_latest(tmp_path)["counters"]["updates"] == 30
+    assert torn_down_once(calls)
+
+
+def test_the_wall_clock_budget_finishes_with_a_final_eval(tmp_path):
+    run, calls = fake_run(tmp_path, batches=100)
+    run.stopper.limit_time(started=0.0, minutes=0.0)  # already spent
+    result = Trainer(run).run()
+    assert result.finished_by == "max_minutes" and result.eval_episodes == 2
+    assert torn_down_once(calls)
+
+
+def test_a_dead_worker_checkpoints_then_names_resume(tmp_path):
+    def die(i):
+        if i == 4:
+            raise WorkerDied("collector worker 0 (exit code -9) died")
+
+    run, calls = fake_run(tmp_path, batches=100, on_batch=die)
+    with pytest.raises(WorkerDied, match=rf"; final checkpoint \S+ckpt_0000000040.pt; continue with resume={tmp_path}$"):
+        Trainer(run).run()
+    assert torn_down_once(calls)
+
+
+def test_an_exception_in_an_update_still_tears_down_once(tmp_path):
+    run, calls = fake_run(tmp_path, fail_at_update=7)
+    with pytest.raises(RuntimeError, match="boom in an update"):
+        Trainer(run).run()
+    assert torn_down_once(calls) and run.logger.summary is None
+
+
+def test_the_workers_are_shut_down_before_the_final_eval(tmp_path, monkeypatch):
+    run, calls = fake_run(tmp_path)
+    seen = []
+
+    def evaluate(*args, **kwargs):
+        seen.append(calls["collector.shutdown"])
+        return EvalResult([0.0])
+
+    monkeypatch.setattr(trainer_module, "evaluate", evaluate)
+    Trainer(run).run()
+    assert seen == [1] and torn_down_once(calls)
+
+
+# -- build_run: the real collaborators, in-process (no workers) -----------------------------
+
+
+def _tiny_real_config():
+    cfg = tiny_config()
+    cfg.eval.video = False
+    return cfg
+
+
+def test_build_run_then_close_releases_everything_and_restores_the_handlers(tmp_path, monkeypatch):
+    from dreamer.run import build
+
+    shutdowns = Counter()
+    original = build.SupervisedCollector.shutdown
+    monkeypatch.setattr(build.SupervisedCollector, "shutdown",
+                        lambda self: (shutdowns.update(["collector"]), original(self)))
+    run = build.build_run(_tiny_real_config(), tmp_path)
+    assert all(signal.getsignal(sig) == run.stopper._handle for sig in STOP_SIGNALS)
+    assert (tmp_path / "config.json").exists() and run.counters.updates == 0
+    run.close()
+    run.close()  # once only
+    assert shutdowns["collector"] == 1
+
+
+def test_a_failing_build_shuts_down_what_it_built(tmp_path, monkeypatch):
+    from dreamer.run import build
+
+    shutdowns = Counter()
+    original = build.SupervisedCollector.shutdown
+    monkeypatch.setattr(build.SupervisedCollector, "shutdown",
+                        lambda self: (shutdowns.update(["collector"]), original(self)))
+
+    def broken_logger(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(build, "RunLogger", broken_logger)
+    with pytest.raises(OSError, match="disk full"):
+        build.build_run(_tiny_real_config(), tmp_path)
+    assert shutdowns["collector"] == 1  # and the autouse fixture checks the handlers came back
