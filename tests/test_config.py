@@ -82,9 +82,44 @@ def test_compile_mode_with_options_is_rejected_naming_both():
 
 
 def test_compile_mode_without_options_is_accepted():
-    cfg = load_config({"compile": {"mode": "reduce-overhead", "options": None}})
-    assert cfg.compile.mode == "reduce-overhead"
+    cfg = load_config({"compile": {"mode": "max-autotune-no-cudagraphs", "options": None}})
+    assert cfg.compile.mode == "max-autotune-no-cudagraphs"
     assert cfg.compile.options is None
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_a_compile_mode_that_brings_cuda_graphs_needs_the_explicit_ask(mode):
+    with pytest.raises(UserError, match=rf"compile.mode={mode} brings CUDA graphs, which the actor/value losses "
+                                        r"break .*: use compile.mode=max-autotune-no-cudagraphs, or add "
+                                        r"compile.cudagraphs=true"):
+        load_config({"compile": {"mode": mode, "options": None}})
+    cfg = load_config({"compile": {"mode": mode, "options": None, "cudagraphs": True}})
+    assert cfg.compile.mode == mode
+
+
+def test_the_cuda_graph_modes_are_the_ones_torch_says_bring_cuda_graphs():
+    """CUDAGRAPH_MODES is written out (config validation must not import inductor): check it against torch."""
+    import torch._inductor
+
+    from dreamer.config.validate import CUDAGRAPH_MODES
+
+    modes = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+    bring = tuple(m for m in modes if torch._inductor.list_mode_options(m).get("triton.cudagraphs"))
+    assert bring == CUDAGRAPH_MODES
+
+
+def test_compile_options_carry_the_cudagraphs_choice():
+    from dreamer.system.compile import compile_kwargs
+
+    assert compile_kwargs(load_config({}).compile)["options"]["triton.cudagraphs"] is False
+    cfg = load_config({"compile": {"cudagraphs": True}})
+    assert compile_kwargs(cfg.compile)["options"]["triton.cudagraphs"] is True
+
+
+def test_collectors_on_cuda_are_refused_in_one_line():
+    with pytest.raises(UserError, match="collector.device=cuda: TorchRL hands CUDA weights to worker processes by "
+                                        "reference.*use collector.device=cpu"):
+        load_config({"collector": {"device": "cuda"}})
 
 
 @pytest.mark.parametrize(

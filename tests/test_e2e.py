@@ -11,6 +11,7 @@ from pathlib import Path
 
 import imageio
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY_KEYS = {
@@ -172,6 +173,8 @@ BAD_INPUTS = {
     "key of the other algorithm": (["algo.free_bits=2"],
                                    "algo.free_bits is a dreamer_v3 key, but algo.name=dreamer_v1: add algo=dreamer_v3 or drop it"),
 }
+if torch.version.cuda is None:  # the CPU wheel CI installs: asking for CUDA is the user's mistake
+    BAD_INPUTS["cuda on a CPU-only torch"] = (["device=cuda"], "device=cuda but this torch")
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))

@@ -27,12 +27,24 @@ def test_allow_listed_overrides_are_applied():
     assert cfg.buffer.batch_size == 4  # from the saved config, not this invocation's default
 
 
+def test_a_requeued_run_may_land_on_other_hardware():
+    """device, collector.num_workers, threads and cuda_fast_math follow the machine the
+    resumed job runs on (a GPU run resumed on CPU, fewer cores), not the saved run's."""
+    saved = to_dict(load_config({"device": "cuda", "collector": {"num_workers": 7}, "threads": 9}))
+    overrides = {"device": "cpu", "threads": 1, "cuda_fast_math": False}
+    requested = load_config({"resume": "/runs/a", "collector": {"num_workers": 1}, **overrides})
+    given = {"device", "threads", "cuda_fast_math", "collector.num_workers"}
+    resume.refuse_overrides(saved, requested, given)  # accepted
+    cfg = resume.merge(saved, requested)
+    assert (cfg.device, cfg.collector.num_workers, cfg.threads, cfg.cuda_fast_math) == ("cpu", 1, 1, False)
+
+
 def test_a_refused_override_names_the_key_and_both_values():
     with pytest.raises(UserError) as err:
         resume.refuse_overrides(_saved(), _requested(buffer={"batch_size": 8}), {"buffer.batch_size"})
     message = str(err.value)
     assert "refused override: buffer.batch_size (saved 4, given 8)" in message
-    assert "Only train.total_frames, train.max_minutes, logger.*, eval.*, checkpoint.*, compile.cache_dir, compile.cache_artifact, profiling.*, retain_host_memory may change on resume" in message
+    assert "Only train.total_frames, train.max_minutes, logger.*, eval.*, checkpoint.*, compile.cache_dir, compile.cache_artifact, profiling.*, retain_host_memory, device, collector.num_workers, threads, cuda_fast_math may change on resume" in message
 
 
 def test_an_override_equal_to_the_saved_value_is_accepted():

@@ -204,10 +204,15 @@ class CompileConfig:
     enabled: bool = True
     backend: Literal["inductor", "aot_eager", "eager"] = "inductor"
     # torch.compile rejects mode together with options: set one of the two.
-    mode: Optional[Literal["default", "reduce-overhead", "max-autotune"]] = None
+    # reduce-overhead and max-autotune bring CUDA graphs (see cudagraphs).
+    mode: Optional[Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]] = None
     options: Optional[dict[str, Any]] = field(
         default_factory=lambda: {"triton.cudagraphs": False}
     )
+    # CUDA graphs on the compiled losses. Off by design: the losses update
+    # buffers in place and reuse outputs after backward, which graph replay
+    # breaks; true is the explicit ask a CUDA-graph mode needs.
+    cudagraphs: bool = False
     # Eager-shaped calls run on the compiled losses before the first real update.
     warmup_iters: int = 2
     # Inductor's on-disk cache (compiled kernels); null = torch's default
@@ -313,6 +318,9 @@ class Config:
     # of returning it to the OS: no page faults on every update's activations
     # (1.18x per V1 pixel update on CPU, docs/PERFORMANCE.md); its RSS stays at its peak. No-op off glibc.
     retain_host_memory: bool = True
+    # On CUDA: TF32 matmuls and convolutions and cudnn.benchmark (fixed shapes:
+    # the fastest conv kernels are found once); false = full fp32 precision.
+    cuda_fast_math: bool = True
     # A run directory to continue from (its newest checkpoint and config).
     resume: Optional[str] = None
     experiment: str = "default"

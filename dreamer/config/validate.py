@@ -41,6 +41,9 @@ _ALGO_EMA_RATES = {DreamerV3Config: ["slow_critic_tau", "return_norm_rate"]}
 _ALGO_FRACTIONS = {DreamerV3Config: {"unimix": (0.0, 1.0)}}
 
 
+# torch.compile modes that turn on CUDA graphs (torch._inductor.list_mode_options).
+CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
+
 def _algo_paths(table: dict, algo: AlgoConfig) -> list[str]:
     """The dotted algo.* paths ``table`` lists for ``algo``'s class and its bases (base first)."""
     return ["algo." + name for cls in reversed(type(algo).__mro__) for name in table.get(cls, ())]
@@ -93,6 +96,18 @@ def validate(cfg: Config) -> Config:
         raise UserError(
             f"compile.mode={cfg.compile.mode} and compile.options are both set; torch.compile "
             "accepts only one: add compile.options=null or compile.mode=null"
+        )
+    if cfg.compile.mode in CUDAGRAPH_MODES and not cfg.compile.cudagraphs:
+        raise UserError(
+            f"compile.mode={cfg.compile.mode} brings CUDA graphs, which the actor/value losses break (they "
+            "update buffers in place and reuse outputs after backward): use compile.mode=max-autotune-no-cudagraphs, "
+            "or add compile.cudagraphs=true to try them anyway"
+        )
+    if cfg.collector.device.startswith("cuda"):
+        raise UserError(
+            f"collector.device={cfg.collector.device}: TorchRL hands CUDA weights to worker processes by "
+            "reference, so workers would act with weights the learner is changing mid-update; use "
+            "collector.device=cpu (the learner keeps the GPU)"
         )
     if cfg.train.max_minutes is not None and cfg.train.max_minutes <= 0:
         raise UserError(f"train.max_minutes={cfg.train.max_minutes} must be > 0 (or null for no limit)")

@@ -28,7 +28,7 @@ from dreamer.run.stopping import Stopper
 from dreamer.system import compile_cache, distributed
 from dreamer.system.profiling import TraceWindow
 from dreamer.system.cpus import cpu_budget, split_cores
-from dreamer.system.device import resolve_autocast, resolve_device
+from dreamer.system.device import configure_cuda_math, resolve_autocast, resolve_device
 from dreamer.system.memory import retain_freed_host_memory
 
 log = logging.getLogger("dreamer")
@@ -71,9 +71,10 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         retained = cfg.retain_host_memory and retain_freed_host_memory()
         torch.manual_seed(cfg.seed)
         autocast = resolve_autocast(cfg.autocast, device)
+        fast_math = configure_cuda_math(device, cfg.cuda_fast_math)
         log.info(
-            "device=%s workers=%d learner_threads=%d autocast=%s retain_host_memory=%s", device,
-            workers, torch.get_num_threads(), autocast, retained,
+            "device=%s workers=%d learner_threads=%d autocast=%s cuda_fast_math=%s retain_host_memory=%s", device,
+            workers, torch.get_num_threads(), autocast, fast_math, retained,
         )
 
         build_models, learner_cls = algorithm(cfg.algo.name)

@@ -19,6 +19,8 @@ from dreamer.errors import UserError
 RESUME_OVERRIDABLE = (
     "train.total_frames", "train.max_minutes", "logger", "eval", "checkpoint", "resume",
     "compile.cache_dir", "compile.cache_artifact", "profiling", "retain_host_memory",
+    # Where it runs: a requeued job may land on another node (another GPU, CPU only, fewer cores).
+    "device", "collector.num_workers", "threads", "cuda_fast_math",
 )
 
 

@@ -22,7 +22,7 @@ def compile_kwargs(cc: CompileConfig) -> dict:
         kwargs["mode"] = cc.mode
     elif cc.options and cc.backend == "inductor":
         # Only inductor takes inductor options; other backends reject them.
-        kwargs["options"] = dict(cc.options)
+        kwargs["options"] = {**cc.options, "triton.cudagraphs": cc.cudagraphs}
     return kwargs
 
 
