@@ -132,6 +132,10 @@ def collector_batch(
     )
 
 
+# Tensor methods that copy a value to the host: on CUDA each one is a device sync.
+HOST_TRANSFERS = ("item", "cpu", "tolist", "__float__", "__int__", "__bool__", "numpy")
+
+
 class CallCounter:
     """Counts calls of patched methods and remembers where they came from."""
 

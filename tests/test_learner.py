@@ -19,6 +19,7 @@ from dreamer.algos.learner import MetricsAccumulator
 from dreamer.algos.v1.models import build_models
 from dreamer.data.replay import stored_keys
 from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
+    HOST_TRANSFERS,
     CallCounter,
     close_env,
     single_thread,
@@ -28,7 +29,6 @@ from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
 
 CPU = torch.device("cpu")
 PARTS = ("encoder", "decoder", "prior", "posterior", "reward", "actor", "value")
-HOST_TRANSFERS = ("item", "cpu", "tolist", "__float__", "__int__", "__bool__", "numpy")
 
 
 def _setup(pixels: bool, **env_overrides):

@@ -21,6 +21,7 @@ from dreamer.algos.v3.learner import METRIC_NAMES, DreamerV3Learner
 from dreamer.algos.v3.models import build_models
 from dreamer.data.replay import stored_keys
 from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
+    HOST_TRANSFERS,
     CallCounter,
     close_env,
     single_thread,
@@ -30,7 +31,6 @@ from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
 
 CPU = torch.device("cpu")
 PARTS = ("encoder", "decoder", "prior", "posterior", "reward", "continuation", "actor", "value")
-HOST_TRANSFERS = ("item", "cpu", "tolist", "__float__", "__int__", "__bool__", "numpy")
 
 
 def tiny_v3_config(*, pixels: bool = False, **env_overrides):

@@ -100,6 +100,61 @@ def test_the_ranks_vote_for_the_strongest_reason():
     assert stopper.requested is None and stopper.why == "rank signal"
 
 
+def test_ranks_vote_every_few_updates_and_hold_a_local_reason_until_the_vote():
+    """A vote is a blocking collective: not before every update. Between votes a
+    local stop waits, so every rank leaves at the same update."""
+    from dreamer.run.stopping import RANK_VOTE_EVERY
+
+    votes = []
+    stopper = Stopper()
+    stopper.vote = lambda code: votes.append(code) or code
+    assert [stopper.poll(before_update=u) for u in range(1, RANK_VOTE_EVERY)] == [None] * (RANK_VOTE_EVERY - 1)
+    assert votes == []
+    stopper.request("SIGTERM")
+    assert stopper.poll(before_update=RANK_VOTE_EVERY + 3) is None  # held: not a voting update
+    assert stopper.poll(before_update=2 * RANK_VOTE_EVERY) == "signal" and votes == [2]
+    assert stopper.poll() == "signal"  # a batch boundary always votes
+    alone = Stopper()  # one process: no vote, the local reason at once
+    alone.request("SIGTERM")
+    assert alone.poll(before_update=3) == "signal"
+
+
+def _vote_on_rank(rank: int, port: int, out) -> None:
+    import torch.distributed as dist
+
+    from dreamer.system.distributed import cpu_group, max_over_ranks
+    from helpers_unit import HOST_TRANSFERS, CallCounter, spy_tensor_methods
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    stopper = Stopper()
+    stopper.vote = lambda code: max_over_ranks(code, group=cpu_group())
+    if rank == 1:
+        stopper.request("SIGUSR1")
+    counter = CallCounter()
+    with pytest.MonkeyPatch.context() as mp:
+        spy_tensor_methods(mp, HOST_TRANSFERS, counter)
+        held = [stopper.poll(before_update=u) for u in range(1, 10)]  # updates 1-9: no vote
+    reasons = held + [stopper.poll(before_update=10)]
+    out.put((rank, counter.total(), reasons))
+    dist.destroy_process_group()
+
+
+def test_two_ranks_leave_together_with_no_host_transfer_between_votes():
+    import torch.multiprocessing as mp
+
+    from test_distributed import free_port
+
+    ctx = mp.get_context("spawn")
+    out, port = ctx.Queue(), free_port()
+    procs = [ctx.Process(target=_vote_on_rank, args=(r, port, out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    results = sorted(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    assert results == [(0, 0, [None] * 9 + ["signal"]), (1, 0, [None] * 9 + ["signal"])]
+
+
 def test_slurm_jobs_and_the_requeueing_launcher_are_requeueing_schedulers():
     assert not under_requeueing_scheduler({})
     assert under_requeueing_scheduler({"SLURM_JOB_ID": "4242"})

@@ -59,7 +59,7 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
 
         device = distributed.rank_device(resolve_device(cfg.device), ranks)
         if ranks.enabled:  # every rank leaves the loop at the same update
-            stopper.vote = functools.partial(distributed.max_over_ranks, device=device)
+            stopper.vote = functools.partial(distributed.max_over_ranks, group=distributed.cpu_group())
         cpus = cpu_budget(ranks.local_world_size)
         workers, threads = split_cores(cpus.cores, cfg.collector.num_workers, cfg.threads)
         log.info("%s: %d collector worker(s), %d learner thread(s)", cpus.describe(), workers, threads)

@@ -36,6 +36,10 @@ REQUEUE_ENV = "DREAMER_REQUEUE"
 # Why the loop ends early, in rising priority: the ranks vote with the index
 # (max over ranks) and all leave for the strongest reason any of them has.
 REASONS = (None, "max_minutes", "signal")
+# Ranks vote before every RANK_VOTE_EVERY-th update (and at every collector
+# batch), not before each one: a vote is a blocking collective. A stop then
+# waits at most this many updates, seconds against a scheduler's warning.
+RANK_VOTE_EVERY = 10
 
 
 def under_requeueing_scheduler(environ: Mapping[str, str]) -> bool:
@@ -100,13 +104,19 @@ class Stopper:
             return "max_minutes"
         return None
 
-    def poll(self) -> str | None:
+    def poll(self, before_update: int | None = None) -> str | None:
         """Why the loop must end now, the same on every rank (they leave together):
-        a stop signal (here or on any rank), the wall-clock budget, or None."""
-        code = REASONS.index(self.local_reason())
-        if self.vote is not None:
-            code = self.vote(code)
-        return REASONS[code]
+        a stop signal (here or on any rank), the wall-clock budget, or None.
+
+        ``before_update``: the number of the update about to be made. With ranks,
+        only every RANK_VOTE_EVERY-th one is a vote; between votes a local reason
+        waits (a rank leaving alone would hang the others' gradient all-reduce)."""
+        reason = self.local_reason()
+        if self.vote is None:
+            return reason
+        if before_update is not None and before_update % RANK_VOTE_EVERY:
+            return None
+        return REASONS[self.vote(REASONS.index(reason))]
 
     def finished_by(self, reason: str | None) -> str:
         """The run's outcome for the loop's exit ``reason`` (None: it ran its frames)."""

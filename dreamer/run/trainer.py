@@ -84,7 +84,7 @@ class Trainer:
         for paid in range(owed):
             # Checked before every update: a batch can owe minutes of updates,
             # longer than a scheduler's warning before its kill.
-            reason = self.r.stopper.poll()
+            reason = self.r.stopper.poll(before_update=self.r.counters.updates + 1)
             if reason is not None:
                 self.r.cadence.ratio.refund(owed - paid)  # still owed after a resume
                 return reason

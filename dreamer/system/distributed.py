@@ -114,11 +114,21 @@ def broadcast_module(module: torch.nn.Module) -> None:
         dist.broadcast(tensor.data, src=0)
 
 
-def max_over_ranks(value: int, device: torch.device) -> int:
-    """The largest ``value`` over all ranks, on every rank (e.g. a stop reason code)."""
-    reduced = torch.tensor([value], dtype=torch.int64, device=device)
-    dist.all_reduce(reduced, op=dist.ReduceOp.MAX)
-    return int(reduced.item())
+def cpu_group() -> dist.ProcessGroup | None:
+    """A process group that reduces CPU tensors: the default one under gloo, a gloo
+    twin under nccl. Control votes go through it, so they never touch the GPU (an
+    H2D copy, an NCCL launch and a D2H read would stall every update)."""
+    if dist.get_backend() == "gloo":
+        return None
+    return dist.new_group(backend="gloo")
+
+
+def max_over_ranks(value: int, group: dist.ProcessGroup | None = None) -> int:
+    """The largest ``value`` over all ranks, on every rank (e.g. a stop reason code),
+    reduced in host memory over ``group`` (see :func:`cpu_group`)."""
+    reduced = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(reduced, op=dist.ReduceOp.MAX, group=group)
+    return int(reduced[0])
 
 
 def max_divergence(module: torch.nn.Module) -> float:
