@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -11,16 +12,29 @@ from typing import TYPE_CHECKING
 import hydra
 from omegaconf import DictConfig
 
-from dreamer.system import distributed
-from dreamer.run.stopping import under_requeueing_scheduler
 from dreamer.config import load_config, register_configs
 from dreamer.errors import UserError
+from dreamer.run.stopping import under_requeueing_scheduler
+from dreamer.system import distributed
 
 if TYPE_CHECKING:
     from dreamer.run.result import RunResult
 
 register_configs()
 log = logging.getLogger("dreamer")
+
+
+@contextlib.contextmanager
+def one_line_on_user_error():
+    """A mistake the user can fix ends as one ``error:`` line and exit 2 (the full
+    traceback with HYDRA_FULL_ERROR=1)."""
+    try:
+        yield
+    except UserError as err:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
 
 
 def overridden_keys(dict_cfg: DictConfig) -> set[str]:
@@ -54,7 +68,7 @@ def main(dict_cfg: DictConfig) -> RunResult:
     # checkpoints and exits 0, and the scheduler requeues the run.
     requeue = under_requeueing_scheduler(os.environ)
     ranks = distributed.ranks_from_env(os.environ)  # torchrun's, else a single process
-    try:
+    with one_line_on_user_error():
         cfg = load_config(dict_cfg, environ=os.environ)
         from dreamer.run.trainer import train
 
@@ -68,23 +82,13 @@ def main(dict_cfg: DictConfig) -> RunResult:
         summary = result.to_dict()
         log.info("%s: %s", state, {k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()})
         return result  # a launcher (hydra_plugins/dreamer_launcher) reads it
-    except UserError as err:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
 
 
 def run() -> None:
     from dreamer.config.preflight import check_command_line
 
-    try:
+    with one_line_on_user_error():
         check_command_line(sys.argv[1:])
-    except UserError as err:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
     main()
 
 

@@ -23,12 +23,12 @@ import time
 import torch
 import torch.nn.functional as F
 
-from dreamer.data.collectors import make_collector
+from dreamer.algos.v1.models import build_models
 from dreamer.config import Config
+from dreamer.data.collectors import make_collector
+from dreamer.data.replay import bytes_per_step
 from dreamer.envs.factory import close_env, make_env
 from dreamer.envs.rendering import configure_mujoco_gl
-from dreamer.algos.v1.models import build_models
-from dreamer.data.replay import bytes_per_step
 
 
 def pixel_config(env_name: str, workers: int, frames_per_batch: int) -> Config:

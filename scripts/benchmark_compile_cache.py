@@ -47,13 +47,13 @@ def child(experiment: str, cache_dir: str, artifact: str | None, save_to: str | 
     import torch
     from hydra import compose, initialize_config_dir
 
-    from dreamer.system import compile_cache
-    from dreamer.config import load_config, register_configs
-    from dreamer.envs.factory import close_env, make_env
-    from dreamer.envs.rendering import configure_mujoco_gl
     from dreamer.algos.v1.learner import DreamerV1Learner
     from dreamer.algos.v1.models import build_models
+    from dreamer.config import load_config, register_configs
     from dreamer.data.replay import make_replay_buffer, write
+    from dreamer.envs.factory import close_env, make_env
+    from dreamer.envs.rendering import configure_mujoco_gl
+    from dreamer.system import compile_cache
 
     register_configs()
     overrides = [f"experiment={experiment}", f"compile.cache_dir={cache_dir}", "buffer.prefetch=0"]

@@ -46,12 +46,12 @@ from tensordict import TensorDict
 from torchrl.envs.transforms import ObservationTransform, Resize
 from torchrl.modules import ObsDecoder
 
-from dreamer.config import Config, validate
-from dreamer.envs.factory import close_env, make_env
-from dreamer.envs.rendering import configure_mujoco_gl
 from dreamer.algos.v1.learner import DreamerV1Learner
 from dreamer.algos.v1.models import build_models
+from dreamer.config import Config, validate
 from dreamer.data.replay import make_replay_buffer, write
+from dreamer.envs.factory import close_env, make_env
+from dreamer.envs.rendering import configure_mujoco_gl
 from dreamer.system.memory import retain_freed_host_memory
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,7 +108,7 @@ class Ours:
         cfg = Config()
         cfg.algo.channels_last = channels_last
         cfg.retain_host_memory = retain_host_memory
-        if cfg.retain_host_memory:  # as dreamer.train does at start
+        if cfg.retain_host_memory:  # as dreamer.run.build does at start
             retain_freed_host_memory()
         cfg.env.backend, cfg.env.name, cfg.env.from_pixels = "dm_control", "cheetah-run", True
         cfg.env.max_episode_steps = TRAJECTORY

@@ -1,4 +1,4 @@
-"""Time one open-loop imagination report (dreamer/openloop.py) as an evaluation makes it.
+"""Time one open-loop imagination report (dreamer/report/openloop.py) as an evaluation makes it.
 
 Builds the pixel models of a config (Hydra overrides, as for `python -m dreamer`),
 fills one replay batch with random uint8 frames (the cost does not depend on what
@@ -24,11 +24,12 @@ import torch
 from hydra.core.global_hydra import GlobalHydra
 from tensordict import TensorDict
 
-from dreamer.config import load_config, register_configs, to_dict
-from dreamer.envs.factory import PIXELS_KEY, close_env, make_env
-from dreamer.report.openloop import openloop_video
-from dreamer.report.logger import RunLogger
 from dreamer.algos.registry import algorithm
+from dreamer.config import load_config, register_configs, to_dict
+from dreamer.envs.factory import close_env, make_env
+from dreamer.envs.keys import PIXELS_KEY
+from dreamer.report.logger import RunLogger
+from dreamer.report.openloop import openloop_video
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 

@@ -1,7 +1,7 @@
 """Adam step time on the Dreamer V1 parameters: foreach vs fused (the learner uses fused).
 
 Fused Adam is what lets a non-finite step be skipped on the device (its
-``found_inf`` argument, see dreamer/health.py); this measures what it costs or
+``found_inf`` argument, see dreamer/run/health.py); this measures what it costs or
 saves per step on this machine. Gradients are random; only the step is timed.
 
     python scripts/benchmark_optimizer.py --hidden 400 --rssm 200 --steps 200 --reps 5
@@ -15,9 +15,9 @@ import time
 
 import torch
 
+from dreamer.algos.v1.models import build_models
 from dreamer.config import load_config
 from dreamer.envs.factory import close_env, make_env
-from dreamer.algos.v1.models import build_models
 
 
 def time_steps(params, steps: int, **adam_kwargs) -> float:

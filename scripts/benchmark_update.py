@@ -42,9 +42,9 @@ def compose(overrides: list[str]):
 
 def build(cfg):
     """Learner and a filled replay buffer (prefetch off: nothing runs beside the timing)."""
-    from dreamer.envs.factory import close_env, make_env
-    from dreamer.data.replay import make_replay_buffer, write
     from dreamer.algos.registry import algorithm
+    from dreamer.data.replay import make_replay_buffer, write
+    from dreamer.envs.factory import close_env, make_env
 
     cfg.buffer.prefetch = 0
     a, cpu = cfg.algo, torch.device("cpu")

@@ -8,10 +8,9 @@ import sys
 
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile, record_function
-
 from helpers_unit import REPO_ROOT
 from test_profiling import load_analyzer
+from torch.profiler import ProfilerActivity, profile, record_function
 
 SCRIPT = REPO_ROOT / "scripts" / "analyze_trace.py"
 

@@ -1,4 +1,4 @@
-"""dreamer/cadence.py: Every fires once per period crossed; Ratio carries fractions."""
+"""dreamer/run/cadence.py: Every fires once per period crossed; Ratio carries fractions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""dreamer/checkpoint.py: atomic writes, rotation, newest-readable load, RNG state."""
+"""dreamer/run/checkpoint.py: atomic writes, rotation, newest-readable load, RNG state."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from dreamer.run import checkpoint as ckpt
 from dreamer.errors import UserError
+from dreamer.run import checkpoint as ckpt
 
 
 def _state(tag: int) -> dict:

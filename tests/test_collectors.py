@@ -8,13 +8,12 @@ import torch
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
-from dreamer.data.collectors import make_collector
-from dreamer.config import Config
-from dreamer.envs.factory import make_env
 from dreamer.algos.v1.learner import DreamerV1Learner
 from dreamer.algos.v1.models import build_models
+from dreamer.config import Config
+from dreamer.data.collectors import make_collector
 from dreamer.data.replay import make_replay_buffer, write
-
+from dreamer.envs.factory import make_env
 
 # Set by the test in the parent before workers start: a forked worker would
 # inherit True, a spawned one re-imports this module and sees False.

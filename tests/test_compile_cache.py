@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from dreamer.system import compile_cache
 from dreamer.config import CompileConfig
 from dreamer.errors import UserError
+from dreamer.system import compile_cache
 
 # A tiny function compiled with inductor (C++ on CPU), fresh process each time:
 # prints the inductor FX-graph cache hits/misses after one forward+backward.

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import hydra
 import pytest
+from helpers_unit import CONF_DIR, REPO_ROOT, old_layout_config
 from hydra.core.global_hydra import GlobalHydra
 
 from dreamer.config import (
@@ -20,8 +21,6 @@ from dreamer.config import (
     to_dict,
 )
 from dreamer.errors import UserError
-from helpers_unit import CONF_DIR, REPO_ROOT, old_layout_config
-
 
 # -- plain dicts ---------------------------------------------------------------
 

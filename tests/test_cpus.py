@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers_unit import REPO_ROOT
 
 from dreamer.system.cpus import cgroup_cpu_quota, cpu_budget, split_cores
-from helpers_unit import REPO_ROOT
 
 
 def _cgroup_v2(tmp_path: Path, cpu_max: str) -> tuple[Path, Path]:

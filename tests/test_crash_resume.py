@@ -7,11 +7,11 @@ import time
 
 import numpy as np
 import torch
-
-from dreamer.run import checkpoint as ckpt
-from dreamer.config import load_config
-from dreamer.run.build import build_run
 from helpers_e2e import FAST, alive, descendants, read_metrics, start, wait_for
+
+from dreamer.config import load_config
+from dreamer.run import checkpoint as ckpt
+from dreamer.run.build import build_run
 
 # checkpoint.every=20: a checkpoint about every collector batch; the replay
 # buffer makes each one ~25 MB, so a write takes long enough to be caught.

@@ -1,4 +1,4 @@
-"""dreamer/distributed.py: data-parallel learners under torchrun (CPU, gloo)."""
+"""dreamer/system/distributed.py: data-parallel learners under torchrun (CPU, gloo)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from test_e2e import ROOT, read_metrics
 
 from dreamer.system.distributed import GradientAverager, Ranks, ranks_from_env
-from test_e2e import ROOT, read_metrics
 
 
 def free_port() -> int:

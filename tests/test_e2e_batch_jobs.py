@@ -12,7 +12,6 @@ import sys
 import time
 
 import psutil
-
 from test_e2e import ROOT
 
 TINY = ["experiment=smoke", "compile=off", "train.total_frames=250", "eval.video=false",

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers_e2e import FAST, ROOT, dreamer_env, read_metrics
 from helpers_unit import write_custom_env_module
 

@@ -1,4 +1,4 @@
-"""dreamer/envs.py: one env contract across gymnasium, dm_control and Atari."""
+"""dreamer/envs/factory.py: one env contract across gymnasium, dm_control and Atari."""
 
 from __future__ import annotations
 
@@ -9,15 +9,16 @@ import sys
 import uuid
 
 import gymnasium
+import helpers_unit  # (also sets headless SDL / MuJoCo settings)
 import pytest
 import torch
+from helpers_unit import close_env
 from torchrl.data import OneHot
 
 from dreamer.config import EnvConfig, load_config
-from dreamer.envs.factory import PIXELS_KEY, VECTOR_KEY, is_discrete, make_env, observation_key
+from dreamer.envs.factory import is_discrete, make_env
+from dreamer.envs.keys import PIXELS_KEY, VECTOR_KEY, observation_key
 from dreamer.errors import UserError
-import helpers_unit  # (also sets headless SDL / MuJoCo settings)
-from helpers_unit import close_env
 
 STATE_DIM, BELIEF_DIM = 3, 5
 # The algo sections that size the policy's carry ("state", "belief") in every env.
@@ -189,16 +190,16 @@ def test_listed_names_are_accepted(backend):
         close_env(env)
 
 
-def test_check_env_on_dm_control_leaves_no_garbage_that_hangs_the_process():
-    # check_env builds a dm_control pixel env and closes it unused (train.py does
+def test_a_dm_control_env_closed_unused_leaves_no_garbage_that_hangs_the_process():
+    # A dm_control pixel env built and closed unused (the run's proof env is: dreamer/run/build.py does
     # this in the learner process). Collecting that garbage later -- which
     # Python's cyclic GC will do at some point of a run -- must not deadlock.
     # A subprocess with a timeout, so a hang fails this test instead of the suite.
     code = (
         "import gc\n"
         "from dreamer.config import EnvConfig, load_config\n"
-        "from dreamer.envs.factory import check_env\n"
-        "check_env(EnvConfig(backend='dm_control', name='cartpole-balance', from_pixels=True), load_config({}).algo)\n"
+        "from dreamer.envs.factory import close_env, make_env\n"
+        "close_env(make_env(EnvConfig(backend='dm_control', name='cartpole-balance', from_pixels=True), load_config({}).algo))\n"
         "gc.collect()\n"
         "print('collected', flush=True)\n"
     )
@@ -209,7 +210,7 @@ def test_check_env_on_dm_control_leaves_no_garbage_that_hangs_the_process():
             cwd=helpers_unit.REPO_ROOT,
         )
     except subprocess.TimeoutExpired:
-        pytest.fail("gc.collect() after check_env(dm_control) hung (render context __del__ deadlock)")
+        pytest.fail("gc.collect() after closing a dm_control env hung (render context __del__ deadlock)")
     assert "collected" in proc.stdout, proc.stderr[-2000:]
 
 
@@ -382,7 +383,7 @@ def test_pixel_action_repeat_renders_once_per_agent_step_with_frame_skips_result
     for mine, theirs in zip(got, expected):
         frame = theirs["pixels"]
         if frame.shape != mine["pixels"].shape:  # gymnasium draws 500x500; we store 64x64
-            from dreamer.envs.factory import DownsampleUInt8
+            from dreamer.envs.wrappers import DownsampleUInt8
 
             frame = DownsampleUInt8(64)._apply_transform(frame)
         assert torch.equal(mine["pixels"], frame)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
+from helpers_e2e import FAST, read_metrics, start
 
 from dreamer.run import checkpoint as ckpt
-from helpers_e2e import FAST, read_metrics, start
 
 
 def test_consecutive_non_finite_updates_stop_the_run_pointing_to_a_clean_checkpoint(tmp_path):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers_unit import CallCounter, close_env, single_thread, spy_tensor_methods, tiny_config  # noqa: F401
 from torchrl.modules import TanhNormal
 
 from dreamer.algos.v1.models import build_models
 from dreamer.envs.factory import make_env
-from helpers_unit import CallCounter, close_env, single_thread, spy_tensor_methods, tiny_config  # noqa: F401
 from torchrl_ext import FixedBoundsTanhNormal
 
 PYTHON_TESTS_OF_TENSORS = ("__bool__", "item", "tolist", "__float__", "__int__")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import hydra
+from helpers_unit import CONF_DIR
 from hydra.core.global_hydra import GlobalHydra
 
 from dreamer.config import register_configs
-from helpers_unit import CONF_DIR
 from hydra_plugins.dreamer_launcher.requeue import RequeueingLocalLauncher
 
 

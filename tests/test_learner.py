@@ -1,4 +1,4 @@
-"""dreamer/learner.py and dreamer/models.py: updates train every part, the update
+"""dreamer/algos/v1/learner.py and dreamer/algos/v1/models.py: updates train every part, the update
 never talks to the host, actions respect the env's bounds."""
 
 from __future__ import annotations
@@ -9,15 +9,6 @@ import math
 
 import pytest
 import torch
-from tensordict import TensorDict
-from torch._dynamo.utils import counters
-from torchrl.envs.utils import ExplorationType, set_exploration_type
-
-from dreamer.envs.factory import make_env
-from dreamer.algos.v1.learner import METRIC_NAMES, DreamerV1Learner
-from dreamer.algos.learner import MetricsAccumulator
-from dreamer.algos.v1.models import build_models
-from dreamer.data.replay import stored_keys
 from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
     HOST_TRANSFERS,
     CallCounter,
@@ -26,6 +17,15 @@ from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
     spy_tensor_methods,
     tiny_config,
 )
+from tensordict import TensorDict
+from torch._dynamo.utils import counters
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+from dreamer.algos.learner import MetricsAccumulator
+from dreamer.algos.v1.learner import METRIC_NAMES, DreamerV1Learner
+from dreamer.algos.v1.models import build_models
+from dreamer.data.replay import stored_keys
+from dreamer.envs.factory import make_env
 
 CPU = torch.device("cpu")
 PARTS = ("encoder", "decoder", "prior", "posterior", "reward", "actor", "value")

@@ -1,4 +1,4 @@
-"""dreamer/learner_v3.py and dreamer/models_v3.py: V3 updates train every part,
+"""dreamer/algos/v3/learner.py and dreamer/algos/v3/models.py: V3 updates train every part,
 the update never talks to the host, actions respect the env's bounds, and a
 checkpointed learner continues exactly."""
 
@@ -10,16 +10,6 @@ import math
 
 import pytest
 import torch
-from tensordict import TensorDict
-from torch._dynamo.utils import counters
-from torchrl.envs.utils import ExplorationType, set_exploration_type
-
-from dreamer.config import validate
-from dreamer.envs.factory import make_env
-from dreamer.errors import UserError
-from dreamer.algos.v3.learner import METRIC_NAMES, DreamerV3Learner
-from dreamer.algos.v3.models import build_models
-from dreamer.data.replay import stored_keys
 from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
     HOST_TRANSFERS,
     CallCounter,
@@ -28,6 +18,16 @@ from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
     spy_tensor_methods,
     tiny_config,
 )
+from tensordict import TensorDict
+from torch._dynamo.utils import counters
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+from dreamer.algos.v3.learner import METRIC_NAMES, DreamerV3Learner
+from dreamer.algos.v3.models import build_models
+from dreamer.config import validate
+from dreamer.data.replay import stored_keys
+from dreamer.envs.factory import make_env
+from dreamer.errors import UserError
 
 CPU = torch.device("cpu")
 PARTS = ("encoder", "decoder", "prior", "posterior", "reward", "continuation", "actor", "value")

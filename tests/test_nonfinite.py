@@ -7,6 +7,7 @@ import io
 
 import pytest
 import torch
+from helpers_unit import close_env, single_thread, tiny_config  # noqa: F401  (single_thread: autouse fixture)
 from torchrl.trainers.algorithms import DreamerV3Optimizer
 
 from dreamer.algos.learner import PHASES, PhaseOut
@@ -15,7 +16,6 @@ from dreamer.algos.registry import ALGORITHMS
 from dreamer.config import validate
 from dreamer.data.replay import stored_keys
 from dreamer.envs.factory import make_env
-from helpers_unit import close_env, single_thread, tiny_config  # noqa: F401  (single_thread: autouse fixture)
 
 CPU = torch.device("cpu")
 

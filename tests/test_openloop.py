@@ -1,4 +1,4 @@
-"""dreamer/openloop.py: the open-loop video shows the replayed frames, the world
+"""dreamer/report/openloop.py: the open-loop video shows the replayed frames, the world
 model's posterior reconstructions for the observed context, predictions made
 from actions alone after it, and their error, for V1 and V3 alike."""
 
@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers_unit import close_env, collector_batch, single_thread, tiny_config  # noqa: F401
 
-from dreamer.config import validate
-from dreamer.envs.factory import PIXELS_KEY, make_env
-from dreamer.errors import UserError
 from dreamer.algos.registry import ALGORITHMS
+from dreamer.config import validate
+from dreamer.data.replay import stored_keys
+from dreamer.data.transforms import PixelPreprocess
+from dreamer.envs.factory import make_env
+from dreamer.envs.keys import PIXELS_KEY
+from dreamer.errors import UserError
 from dreamer.report.openloop import (
     ERROR_GAIN,
     check_openloop_config,
@@ -20,9 +24,6 @@ from dreamer.report.openloop import (
     to_uint8,
     video_grid,
 )
-from dreamer.data.replay import stored_keys
-from dreamer.data.transforms import PixelPreprocess
-from helpers_unit import close_env, collector_batch, single_thread, tiny_config  # noqa: F401
 
 CPU = torch.device("cpu")
 B, T, K = 3, 6, 2  # sequences, steps per sequence, observed context steps

@@ -1,4 +1,4 @@
-"""dreamer/plots.py and scripts/plot_runs.py: curves over seeds, from run directories."""
+"""dreamer/report/plots.py and scripts/plot_runs.py: curves over seeds, from run directories."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import sys
 
 import numpy as np
 import pytest
+from helpers_unit import REPO_ROOT
 
 from dreamer.errors import UserError
 from dreamer.report.plots import find_runs, load_run, mean_std
-from helpers_unit import REPO_ROOT
 
 
 def fake_run(path, seed, returns, frames=(100, 200, 300), model=None):

@@ -1,4 +1,4 @@
-"""dreamer/profiling.py: PROF_* settings, the traced window, one merged trace."""
+"""dreamer/system/profiling.py: PROF_* settings, the traced window, one merged trace."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import subprocess
 import sys
 
 import pytest
+from helpers_unit import REPO_ROOT
 
 from dreamer.config import load_config, profiling_from_env
 from dreamer.errors import UserError
 from dreamer.system.profiling import merge_traces
-from helpers_unit import REPO_ROOT
 
 REQUIRED_RANGES = {
     "## train/sample ##", "## train/transform ##", "## train/world_model ##", "## train/actor ##",

@@ -12,12 +12,12 @@ import hydra
 import pytest
 import torch
 import yaml
+from helpers_unit import CONF_DIR, REPO_ROOT, close_env
 from hydra.core.global_hydra import GlobalHydra
 
+from dreamer.algos.v3.models import build_models
 from dreamer.config import get_path, load_config, register_configs
 from dreamer.envs.factory import make_env
-from dreamer.algos.v3.models import build_models
-from helpers_unit import CONF_DIR, REPO_ROOT, close_env
 
 TABLE = yaml.safe_load((REPO_ROOT / "tests" / "data" / "dreamerv3_published.yaml").read_text())
 SIZES = TABLE["sizes"]

@@ -1,4 +1,4 @@
-"""dreamer/replay.py and torchrl_ext/replay.py: what is stored, how it is written,
+"""dreamer/data/replay.py and torchrl_ext/replay.py: what is stored, how it is written,
 and that sampled sequences never cross trajectories or gaps."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import random
 from types import SimpleNamespace
 
 import pytest
-import torch
 import tensordict
+import torch
+from helpers_unit import collector_batch, single_thread, tiny_config  # noqa: F401
 from tensordict import LazyStackedTensorDict, TensorDict
 from torchrl.data import LazyTensorStorage, ReplayBuffer, RoundRobinWriter, TensorDictReplayBuffer
 
 from dreamer.data import replay as dreamer_replay
-from dreamer.errors import UserError
 from dreamer.data.replay import (
     TRAJ_KEY,
     bytes_per_step,
@@ -22,7 +22,7 @@ from dreamer.data.replay import (
     stored_keys,
     write,
 )
-from helpers_unit import collector_batch, single_thread, tiny_config  # noqa: F401
+from dreamer.errors import UserError
 from torchrl_ext import PlainWriteReplayBuffer, SliceCursorWriter
 
 CPU = torch.device("cpu")

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers_unit import CallCounter, single_thread, spy_tensor_methods  # noqa: F401
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torchrl.modules import DreamerV3MLP, SymExpTwoHot
 from torchrl.objectives import DreamerV3ValueLoss
 
-from helpers_unit import CallCounter, single_thread, spy_tensor_methods  # noqa: F401
 from torchrl_ext import SyncFreeDreamerV3ValueLoss, replay_lambda_returns
 
 B, T, S, H, BINS = 3, 7, 6, 5, 31

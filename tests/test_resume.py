@@ -1,16 +1,16 @@
-"""dreamer/resume.py: the saved config wins; allow-listed overrides only; foreign checkpoints refused."""
+"""dreamer/run/resume.py: the saved config wins; allow-listed overrides only; foreign checkpoints refused."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from helpers_unit import old_layout_config
 
-from dreamer.run import checkpoint as ckpt
-from dreamer.run import resume
 from dreamer.config import Config, load_config, to_dict
 from dreamer.errors import UserError
-from helpers_unit import old_layout_config
+from dreamer.run import checkpoint as ckpt
+from dreamer.run import resume
 
 
 def _saved() -> dict:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch._dynamo.utils import counters
-from torchrl.modules import RSSMPrior
-from torchrl.data import Bounded
-
 from helpers_unit import single_thread  # noqa: F401  (autouse fixture)
+from torch._dynamo.utils import counters
+from torchrl.data import Bounded
+from torchrl.modules import RSSMPrior
+
 from torchrl_ext import CacheableRSSMPrior
 
 STATE, BELIEF, ACTION = 6, 8, 2

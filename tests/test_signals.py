@@ -8,9 +8,9 @@ import signal
 import time
 
 import pytest
+from helpers_e2e import FAST, alive, descendants, has_updates, start, wait_for
 
 from dreamer.run import checkpoint as ckpt
-from helpers_e2e import FAST, alive, descendants, has_updates, start, wait_for
 
 
 @pytest.mark.parametrize("sig, whole_group", [

@@ -110,9 +110,11 @@ def test_ranks_vote_every_few_updates_and_hold_a_local_reason_until_the_vote():
     stopper.vote = lambda code: votes.append(code) or code
     assert [stopper.poll(before_update=u) for u in range(1, RANK_VOTE_EVERY)] == [None] * (RANK_VOTE_EVERY - 1)
     assert votes == []
+    assert stopper.poll(before_update=RANK_VOTE_EVERY) is None and votes == [0]  # a vote: nobody stops
     stopper.request("SIGTERM")
-    assert stopper.poll(before_update=RANK_VOTE_EVERY + 3) is None  # held: not a voting update
-    assert stopper.poll(before_update=2 * RANK_VOTE_EVERY) == "signal" and votes == [2]
+    held = [stopper.poll(before_update=u) for u in range(RANK_VOTE_EVERY + 1, 2 * RANK_VOTE_EVERY)]
+    assert held == [None] * (RANK_VOTE_EVERY - 1) and votes == [0]  # not voting updates: the stop waits
+    assert stopper.poll(before_update=2 * RANK_VOTE_EVERY) == "signal" and votes == [0, 2]
     assert stopper.poll() == "signal"  # a batch boundary always votes
     alone = Stopper()  # one process: no vote, the local reason at once
     alone.request("SIGTERM")
@@ -121,9 +123,9 @@ def test_ranks_vote_every_few_updates_and_hold_a_local_reason_until_the_vote():
 
 def _vote_on_rank(rank: int, port: int, out) -> None:
     import torch.distributed as dist
+    from helpers_unit import HOST_TRANSFERS, CallCounter, spy_tensor_methods
 
     from dreamer.system.distributed import cpu_group, max_over_ranks
-    from helpers_unit import HOST_TRANSFERS, CallCounter, spy_tensor_methods
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     stopper = Stopper()
@@ -141,7 +143,6 @@ def _vote_on_rank(rank: int, port: int, out) -> None:
 
 def test_two_ranks_leave_together_with_no_host_transfer_between_votes():
     import torch.multiprocessing as mp
-
     from test_distributed import free_port
 
     ctx = mp.get_context("spawn")

@@ -7,8 +7,9 @@ import os
 import signal
 import time
 
-from dreamer.run import checkpoint as ckpt
 from helpers_e2e import FAST, alive, has_updates, start, wait_for, worker_pids
+
+from dreamer.run import checkpoint as ckpt
 
 
 def _kill_a_worker(run_dir, proc) -> tuple[int, float]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import hydra
 import pytest
 import yaml
+from helpers_unit import CONF_DIR
 from hydra.core.global_hydra import GlobalHydra
 from wandb.sdk.launch.sweeps.utils import create_sweep_command_args
 
 from dreamer.config import load_config, register_configs
-from helpers_unit import CONF_DIR
 
 SWEEPS = sorted((CONF_DIR / "sweep").glob("*.yaml"))
 

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers_unit import tiny_config
 from tensordict import TensorDict
 
 from dreamer.data.supervisor import WorkerDied
@@ -22,7 +23,6 @@ from dreamer.run.stopping import STOP_SIGNALS, Stopper
 from dreamer.run.trainer import Trainer
 from dreamer.system.distributed import Ranks
 from dreamer.system.profiling import TraceWindow
-from helpers_unit import tiny_config
 
 STEPS = 10  # agent steps per fake collector batch
 
@@ -256,3 +256,30 @@ def test_a_failing_build_shuts_down_what_it_built(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         build.build_run(_tiny_real_config(), tmp_path)
     assert shutdowns["collector"] == 1  # and the autouse fixture checks the handlers came back
+
+
+def test_updates_still_owed_at_a_stop_are_made_after_the_resume(tmp_path):
+    """The refund a stop leaves in the ratio's credit is paid by the resumed run
+    (the warm-up after a resume must not drop it)."""
+    run, _ = fake_run(tmp_path, batches=100, on_batch=lambda i: i == 3 and run.stopper.request("SIGTERM"))
+    stopped = Trainer(run).run()
+    saved = ckpt.load_latest(tmp_path)
+    owed = int(saved["cadence"]["ratio"]["credit"])
+    assert owed >= STEPS
+    resumed, _ = fake_run(tmp_path, batches=2)  # 20 more agent steps: 20 more updates, plus what was owed
+    resumed.cadence.load_state_dict(saved["cadence"])
+    resumed.counters.frames, resumed.counters.steps, resumed.counters.updates = (
+        stopped.frames, stopped.frames, stopped.updates)
+    resumed.cfg.train.total_frames = stopped.frames + 2 * STEPS
+    result = Trainer(resumed).run()
+    assert result.updates == stopped.updates + 2 * STEPS + owed
+
+
+def test_a_stop_while_the_replay_fills_is_acted_on_before_the_warm_up(tmp_path):
+    """Collected steps short of learning (the random phase, a refill): a stop
+    signal then ends the run at the next batch, not after the compile warm-up."""
+    run, calls = fake_run(tmp_path, batches=100, on_batch=lambda i: i == 2 and run.stopper.request("SIGTERM"))
+    run.cfg.collector.init_random_frames = 10_000  # never ready within these batches
+    result = Trainer(run).run()
+    assert result.finished_by == "signal" and result.frames == 3 * STEPS and result.updates == 0
+    assert calls["update"] == 0 and torn_down_once(calls)

@@ -1,4 +1,4 @@
-"""dreamer/transforms.py (PixelPreprocess, VectorAsImage) and envs.DownsampleUInt8."""
+"""dreamer/data/transforms.py (PixelPreprocess, VectorAsImage) and envs.DownsampleUInt8."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from tensordict import TensorDict
 
-from dreamer.envs.factory import DownsampleUInt8
 from dreamer.data.transforms import PixelPreprocess, VectorAsImage
+from dreamer.envs.wrappers import DownsampleUInt8
 
 
 def reference_preprocess(frames: torch.Tensor, size: int, grayscale: bool) -> torch.Tensor:

@@ -6,8 +6,8 @@ Nothing here imports ``dreamer``.
 from torchrl_ext.dreamer_v3 import SyncFreeDreamerV3ValueLoss, replay_lambda_returns
 from torchrl_ext.imagination import FixedBoundsTanhNormal, NonTerminatingDreamerEnv
 from torchrl_ext.obs_decoder import MatmulObsDecoder
-from torchrl_ext.rssm import CacheableRSSMPrior, SelectiveRSSMRollout
 from torchrl_ext.replay import PinnedLazyTensorStorage, PlainWriteReplayBuffer, SliceCursorWriter
+from torchrl_ext.rssm import CacheableRSSMPrior, SelectiveRSSMRollout
 from torchrl_ext.weight_sync import LivenessCheckedSharedMemWeightSyncScheme, ReceiverDied
 
 __all__ = [

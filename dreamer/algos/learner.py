@@ -33,7 +33,7 @@ from torch.nn.utils import clip_grad_norm_, get_total_norm
 from torch.profiler import record_function
 
 from dreamer.algos.nonfinite import NonFiniteGuard, NonFinitePolicy
-from dreamer.config import CompileConfig
+from dreamer.config import AlgoConfig, CompileConfig
 from dreamer.system.compile import maybe_compile
 
 PHASES = ("world_model", "actor", "value")  # update order; also the optimiser names
@@ -92,7 +92,7 @@ class BaseLearner(abc.ABC):
 
     def __init__(
         self,
-        algo_cfg,
+        algo_cfg: AlgoConfig,
         compile_cfg: CompileConfig,
         models,
         device: torch.device,

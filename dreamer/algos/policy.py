@@ -19,7 +19,7 @@ from typing import ClassVar
 from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch import nn
 
-from dreamer.envs.factory import PIXELS_KEY
+from dreamer.envs.keys import PIXELS_KEY
 
 
 class ActingPolicy:

@@ -109,8 +109,9 @@ def register_configs() -> None:
     ``hydra/launcher=submitit_local``."""
     from hydra.core.config_store import ConfigStore
     from hydra.core.plugins import Plugins
-    from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf
     from omegaconf import OmegaConf
+
+    from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf
 
     cs = ConfigStore.instance()
     cs.store(name="dreamer_schema", node=omegaconf_schema(Config))

@@ -12,23 +12,23 @@ import torch
 from tensordict.nn import TensorDictModuleBase
 from torchrl.collectors import BaseCollector, Collector, MultiAsyncCollector
 
-from dreamer.system.compile import compile_kwargs
-from dreamer.config import CollectorConfig, CompileConfig, EnvConfig
+from dreamer.config import AlgoConfig, CollectorConfig, CompileConfig, EnvConfig
 from dreamer.envs.factory import env_factory
-from dreamer.run.stopping import ignore_stop_signals
+from dreamer.system.compile import compile_kwargs
 from torchrl_ext import LivenessCheckedSharedMemWeightSyncScheme
 
 
 def make_collector(
-    collector_cfg: CollectorConfig, env_cfg: EnvConfig, algo_cfg, compile_cfg: CompileConfig,
+    collector_cfg: CollectorConfig, env_cfg: EnvConfig, algo_cfg: AlgoConfig, compile_cfg: CompileConfig,
     policy: TensorDictModuleBase, *, seed: int, workers: int, random_frames: int, learner_threads: int,
-    worker_hook: Callable | None = None, rank: int = 0,
+    worker_hook: Callable | None = None, worker_init: Callable | None = None, rank: int = 0,
 ) -> BaseCollector:
     """An endless collector of ``workers`` processes (0 = in the calling
     process) yielding (frames_per_batch,) batches from one env each.
 
     ``random_frames`` agent steps (summed over workers) use random actions
-    first; 0 on resume. ``worker_hook`` runs in each worker process after each
+    first; 0 on resume. ``worker_init`` runs once in each worker process at its
+    start; ``worker_hook`` runs in each worker process after each
     of its rollouts (the profiler's tracer); an in-process collector (0
     workers) does not run it, as the learner's own trace covers collection.
     ``rank`` (data-parallel learners) gives each rank's workers their own env
@@ -61,7 +61,7 @@ def make_collector(
         # Without this torchrl resets the main process to (threads - workers).
         num_threads=learner_threads,
         num_sub_threads=1,
-        init_fn=ignore_stop_signals,  # the main process owns the workers' lifetime
+        init_fn=worker_init,
         weight_sync_schemes={"policy": weight_sync},
         **common,
     )

@@ -8,7 +8,7 @@ import torch
 from torchrl.envs import EnvBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from dreamer.envs.factory import PIXELS_KEY
+from dreamer.envs.keys import PIXELS_KEY
 
 
 @dataclass

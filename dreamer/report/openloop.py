@@ -21,7 +21,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from dreamer.config import EnvConfig, EvalConfig
-from dreamer.envs.factory import PIXELS_KEY, observation_key
+from dreamer.envs.keys import PIXELS_KEY, observation_key
 from dreamer.errors import UserError
 
 # Trained reconstructions are off by a few levels out of 255: black at gain 1.

@@ -12,24 +12,24 @@ from pathlib import Path
 
 import torch
 
-from dreamer.config import Config, to_dict
 from dreamer.algos.registry import algorithm
+from dreamer.config import Config, to_dict
 from dreamer.data.collectors import make_collector
 from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buffer
 from dreamer.data.supervisor import SupervisedCollector
-from dreamer.envs.factory import check_env, close_env, make_env
+from dreamer.envs.factory import close_env, make_env
 from dreamer.envs.rendering import configure_mujoco_gl
 from dreamer.report.logger import RunLogger
 from dreamer.report.openloop import check_openloop_config, openloop_enabled
 from dreamer.run import resume
 from dreamer.run.cadence import Every, Ratio
 from dreamer.run.state import Cadence, Run
-from dreamer.run.stopping import Stopper
+from dreamer.run.stopping import Stopper, ignore_stop_signals
 from dreamer.system import compile_cache, distributed
-from dreamer.system.profiling import TraceWindow
 from dreamer.system.cpus import cpu_budget, split_cores
 from dreamer.system.device import configure_cuda_math, resolve_autocast, resolve_device
 from dreamer.system.memory import retain_freed_host_memory
+from dreamer.system.profiling import TraceWindow
 
 log = logging.getLogger("dreamer")
 
@@ -67,7 +67,6 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         if cfg.env.backend == "dm_control":
             # Probed once here; workers inherit it. Each rank renders on its own GPU under EGL.
             configure_mujoco_gl(egl_device=device.index if device.type == "cuda" else None)
-        check_env(cfg.env, cfg.algo)  # a bad env name fails here, in one line, not in a worker
         retained = cfg.retain_host_memory and retain_freed_host_memory()
         torch.manual_seed(cfg.seed)
         autocast = resolve_autocast(cfg.autocast, device)
@@ -78,12 +77,23 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         )
 
         build_models, learner_cls = algorithm(cfg.algo.name)
+        # The env the networks are sized from; a bad env name fails here, in one
+        # line, not in a worker.
         proof_env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
-        models = build_models(cfg.algo, cfg.env, proof_env, device)
-        step_bytes = bytes_per_step(proof_env.rollout(1), models.obs_key)
-        close_env(proof_env)
+        try:
+            models = build_models(cfg.algo, cfg.env, proof_env, device)
+            step_bytes = bytes_per_step(proof_env.rollout(1), models.obs_key)
+        finally:
+            close_env(proof_env)
         need = check_capacity(cfg.buffer, step_bytes)
         log.info("replay: %d steps x %d bytes = %.2f GiB", cfg.buffer.capacity, step_bytes, need / 2**30)
+        # Everything a user can get wrong fails before workers spawn. Neither
+        # creates compile state: compiling comes after the spawn.
+        learner = learner_cls(
+            cfg.algo, cfg.compile, models, device,
+            batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length, autocast_dtype=autocast,
+        )
+        replay = make_replay_buffer(cfg.buffer, device)
 
         # Before the workers spawn (they inherit the cache dir) and before any compile.
         compile_cache.use_cache_dir(cfg.compile)
@@ -105,17 +115,13 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
                 cfg.collector, cfg.env, cfg.algo, cfg.compile, models.policy(explore=True), seed=cfg.seed,
                 workers=workers, random_frames=0 if restarted else random_frames,
                 learner_threads=threads, worker_hook=trace_window.collector_hook(), rank=ranks.rank,
+                worker_init=ignore_stop_signals,  # the main process owns the workers' lifetime
             ),
             restart=cfg.collector.restart_on_failure, max_restarts=cfg.collector.max_restarts,
             should_stop=lambda: stopper.requested is not None,
         )
         collection.callback(collector.shutdown)
 
-        learner = learner_cls(
-            cfg.algo, cfg.compile, models, device,
-            batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length, autocast_dtype=autocast,
-        )
-        replay = make_replay_buffer(cfg.buffer, device)
         learner.compile()
         eval_env = make_env(cfg.env, cfg.algo, seed=cfg.seed + 10**6, record_pixels=cfg.eval.video)
         teardown.callback(close_env, eval_env)
@@ -145,6 +151,10 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         if ranks.enabled:
             distributed.broadcast_module(models.modules)  # identical start on every rank
             learner.grad_sync = distributed.GradientAverager(ranks.world_size)
+        if resumed_state is not None or ranks.enabled:
+            # The workers were spawned with the weights from before the restore (a
+            # copy of them where the learner is on another device): send these.
+            collector.update_policy_weights_()
         if ranks.is_main:
             (run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
         run.teardown = teardown.pop_all()  # from here on, run.close() tears it down

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dreamer.run import checkpoint as ckpt
 from dreamer.config import Config, load_config, to_dict
 from dreamer.errors import UserError
+from dreamer.run import checkpoint as ckpt
 
 # Dotted keys (a section name covers all its keys) a resumed run may change.
 RESUME_OVERRIDABLE = (

@@ -28,6 +28,8 @@ from typing import Callable, Mapping
 
 import psutil
 
+from dreamer.run.cadence import Every
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 FORCED_EXIT_CODE = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 # Set by the requeueing launcher in its job process (read once, at the entry point).
@@ -60,6 +62,7 @@ class Stopper:
         self.requested: str | None = None
         self.deadline: float | None = None
         self.vote: Callable[[int], int] | None = None
+        self._vote_due = Every(RANK_VOTE_EVERY)
         self._clock = clock
         self._previous: dict[int, object] = {}
 
@@ -114,7 +117,7 @@ class Stopper:
         reason = self.local_reason()
         if self.vote is None:
             return reason
-        if before_update is not None and before_update % RANK_VOTE_EVERY:
+        if before_update is not None and not self._vote_due(before_update):
             return None
         return REASONS[self.vote(REASONS.index(reason))]
 

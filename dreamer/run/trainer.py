@@ -65,15 +65,15 @@ class Trainer:
         for batch in r.collector:
             steps = self._store(batch)
             bar.update(steps * cfg.env.action_repeat)
-            if not self._ready_to_learn():
-                continue
-            if not self.warm:
-                n.timers["random_phase_s"] = time.perf_counter() - loop_start
-                self._warm_up()
-            reason = self._pay(r.cadence.ratio.owed(steps))
-            self._show_progress(bar)
-            if reason is not None or n.frames >= cfg.train.total_frames:
-                return reason
+            if self._ready_to_learn():
+                if not self.warm:
+                    n.timers["random_phase_s"] = time.perf_counter() - loop_start
+                    self._warm_up()
+                reason = self._pay(r.cadence.ratio.owed(steps))
+                self._show_progress(bar)
+                if reason is not None or n.frames >= cfg.train.total_frames:
+                    return reason
+            # Also while the replay fills: a stop must not wait for the warm-up's compile.
             reason = r.stopper.poll()
             if reason is not None:
                 return reason
@@ -140,7 +140,6 @@ class Trainer:
         if r.cfg.compile.enabled and r.ranks.is_main:  # one writer per run dir
             compile_cache.save_artifact(r.run_dir)  # portable: compile.cache_artifact=<this file>
         self.warm = True
-        r.cadence.ratio.owed(0)  # as before: whole updates owed from before learning began are dropped
         self.steady_start, self.updates0, self.frames0 = time.perf_counter(), n.updates, n.frames
         n.timers["eval_s"] = 0.0
 

@@ -19,14 +19,14 @@ import signal
 from typing import Any
 
 from hydra.core.utils import JobStatus
+
+from dreamer.run.result import RunResult
+from dreamer.run.stopping import REQUEUE_ENV
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
     BaseSubmititLauncher,
     LocalLauncher,
     SlurmLauncher,
 )
-
-from dreamer.run.result import RunResult
-from dreamer.run.stopping import REQUEUE_ENV
 
 log = logging.getLogger("dreamer")
 

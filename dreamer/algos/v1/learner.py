@@ -10,8 +10,9 @@ from torchrl.objectives import DreamerActorLoss, DreamerModelLoss, DreamerValueL
 from dreamer.algos.learner import BaseLearner, PhaseOut, param_groups
 from dreamer.algos.nonfinite import SkipInKernel
 from dreamer.algos.v1.models import DreamerV1Models
+from dreamer.config import CompileConfig, DreamerV1Config
 from dreamer.data.transforms import VectorAsImage
-from dreamer.envs.factory import PIXELS_KEY
+from dreamer.envs.keys import PIXELS_KEY
 
 METRIC_NAMES = (
     "loss_model_kl",
@@ -37,8 +38,8 @@ class DreamerV1Learner(BaseLearner):
 
     def __init__(
         self,
-        algo_cfg,
-        compile_cfg,
+        algo_cfg: DreamerV1Config,
+        compile_cfg: CompileConfig,
         models: DreamerV1Models,
         device: torch.device,
         *,

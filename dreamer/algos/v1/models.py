@@ -40,8 +40,10 @@ from torchrl.modules import (
 from torchrl.modules.distributions import ReparamGradientStrategy
 
 from dreamer.algos.policy import ActingPolicy
+from dreamer.config import DreamerV1Config, EnvConfig
 from dreamer.data.transforms import PixelPreprocess
-from dreamer.envs.factory import PIXELS_KEY, is_discrete, observation_key
+from dreamer.envs.factory import is_discrete
+from dreamer.envs.keys import PIXELS_KEY, observation_key
 from torchrl_ext import (
     CacheableRSSMPrior,
     FixedBoundsTanhNormal,
@@ -88,7 +90,7 @@ def _action_bounds(env: EnvBase) -> tuple[torch.Tensor, torch.Tensor]:
     return spec.space.low.float(), spec.space.high.float()
 
 
-def build_models(algo_cfg, env_cfg, env: EnvBase, device: torch.device) -> DreamerV1Models:
+def build_models(algo_cfg: DreamerV1Config, env_cfg: EnvConfig, env: EnvBase, device: torch.device) -> DreamerV1Models:
     """Networks sized from ``algo_cfg`` and the env's specs (``env_cfg``: which
     observation, image size, grayscale), on ``device``."""
     a = algo_cfg

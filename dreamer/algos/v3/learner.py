@@ -12,7 +12,8 @@ from torchrl.trainers.algorithms import DreamerV3Optimizer
 from dreamer.algos.learner import BaseLearner, PhaseOut, param_groups
 from dreamer.algos.nonfinite import UndoOnDevice
 from dreamer.algos.v3.models import DreamerV3Models
-from dreamer.envs.factory import PIXELS_KEY
+from dreamer.config import CompileConfig, DreamerV3Config
+from dreamer.envs.keys import PIXELS_KEY
 from dreamer.errors import UserError
 from torchrl_ext import SyncFreeDreamerV3ValueLoss
 
@@ -43,8 +44,8 @@ class DreamerV3Learner(BaseLearner):
 
     def __init__(
         self,
-        algo_cfg,
-        compile_cfg,
+        algo_cfg: DreamerV3Config,
+        compile_cfg: CompileConfig,
         models: DreamerV3Models,
         device: torch.device,
         *,

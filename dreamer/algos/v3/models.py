@@ -51,8 +51,10 @@ from torchrl.modules.distributions import IndependentNormal
 from torchrl.objectives import symexp, symlog
 
 from dreamer.algos.policy import ActingPolicy
+from dreamer.config import DreamerV3Config, EnvConfig
 from dreamer.data.transforms import PixelPreprocess
-from dreamer.envs.factory import PIXELS_KEY, is_discrete, observation_key
+from dreamer.envs.factory import is_discrete
+from dreamer.envs.keys import PIXELS_KEY, observation_key
 
 # Image encoder stage widths (x encoder_channels): four stride-2 stages, 64 -> 4.
 IMAGE_MULTS = (2, 3, 4, 4)
@@ -153,7 +155,7 @@ def _mlp(a, in_features: int, out_features: int | None, device, outscale: float 
     )
 
 
-def build_models(algo_cfg, env_cfg, env: EnvBase, device: torch.device) -> DreamerV3Models:
+def build_models(algo_cfg: DreamerV3Config, env_cfg: EnvConfig, env: EnvBase, device: torch.device) -> DreamerV3Models:
     """Networks sized from ``algo_cfg`` and the env's specs (``env_cfg``: which
     observation, image size, grayscale), on ``device``."""
     a = algo_cfg
