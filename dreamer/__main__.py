@@ -67,7 +67,8 @@ def main(dict_cfg: DictConfig) -> RunResult:
     # signal (--signal=...@seconds before the time limit, or preemption)
     # checkpoints and exits 0, and the scheduler requeues the run.
     requeue = under_requeueing_scheduler(os.environ)
-    ranks = distributed.ranks_from_env(os.environ)  # torchrun's, else a single process
+    distributed.export_scheduler_ranks(os.environ)  # a multi-task submitit job: one data-parallel run
+    ranks = distributed.ranks_from_env(os.environ)  # torchrun's (or exported above), else one process
     with one_line_on_user_error():
         cfg = load_config(dict_cfg, environ=os.environ)
         from dreamer.run.trainer import train

@@ -69,3 +69,36 @@ def test_torchrun_two_cpu_ranks_finish_in_lockstep_and_rank0_alone_writes(tmp_pa
     updates = [m["updates"] for m in read_metrics(run_dir) if "loss_model_kl" in m]
     assert updates and len(updates) == len(set(updates))  # one writer
     assert len(list((run_dir / "checkpoints").glob("ckpt_*.pt"))) >= 1
+
+
+SUBMITIT_TASK_1_OF_2 = {
+    "SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_JOB_ID": "4242", "SUBMITIT_LOCAL_NTASKS": "2",
+    "SUBMITIT_LOCAL_GLOBALID": "1", "SUBMITIT_LOCAL_LOCALID": "1", "SUBMITIT_LOCAL_NODEID": "0",
+    "SUBMITIT_LOCAL_JOB_NUM_NODES": "1",
+}
+
+
+def test_a_multi_task_submitit_job_is_one_data_parallel_run(monkeypatch):
+    """hydra/launcher=slurm (or submitit_local) with tasks_per_node=2: the tasks are the
+    ranks of one job, with torch's env:// variables taken from submitit's job environment."""
+    from dreamer.system.distributed import export_scheduler_ranks
+
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in SUBMITIT_TASK_1_OF_2.items():
+        monkeypatch.setenv(key, value)
+    assert export_scheduler_ranks(os.environ)
+    assert ranks_from_env(os.environ) == Ranks(rank=1, world_size=2, local_rank=1, local_world_size=2)
+    assert os.environ["MASTER_ADDR"] and int(os.environ["MASTER_PORT"]) > 0
+
+
+def test_one_task_jobs_and_torchrun_are_left_alone(monkeypatch):
+    from dreamer.system.distributed import export_scheduler_ranks
+
+    for key, value in {**SUBMITIT_TASK_1_OF_2, "SUBMITIT_LOCAL_NTASKS": "1", "SUBMITIT_LOCAL_GLOBALID": "0",
+                       "SUBMITIT_LOCAL_LOCALID": "0"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("RANK", raising=False)
+    assert not export_scheduler_ranks(os.environ) and "RANK" not in os.environ
+    torchrun = {**SUBMITIT_TASK_1_OF_2, "RANK": "3", "WORLD_SIZE": "4"}
+    assert not export_scheduler_ranks(torchrun) and torchrun["RANK"] == "3"

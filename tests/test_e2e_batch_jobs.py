@@ -117,3 +117,22 @@ def test_sbatch_script_checkpoints_on_usr1_requeues_and_the_requeued_job_resumes
     assert f"resumed from {run_dir}" in (run_dir / "dreamer.log").read_text()
     assert json.loads((run_dir / "summary.json").read_text())["frames"] >= 600
     assert (tmp_path / "scontrol.calls").read_text().split() == ["requeue", "4242"]  # not requeued again
+
+
+def test_a_two_task_submitit_job_is_one_data_parallel_run(tmp_path):
+    """hydra.launcher.tasks_per_node=2 (as on a SLURM node with 2 GPUs): the tasks join one
+    process group (gloo on CPU), write one run directory and stay in lockstep."""
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, "SDL_VIDEODRIVER": "dummy", "PYTHONPATH": str(ROOT)}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    result = subprocess.run(
+        [sys.executable, "-m", "dreamer", "-m", "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2",
+         *TINY, "device=cpu", f"hydra.sweep.dir={sweep}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")) == ["0"]  # one run
+    summary = json.loads((sweep / "0" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["max_param_divergence"] == 0.0
+    assert summary["frames"] >= 250

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, MutableMapping
 
 import torch
 import torch.distributed as dist
@@ -45,6 +45,29 @@ class Ranks:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+
+def export_scheduler_ranks(environ: MutableMapping[str, str]) -> bool:
+    """A submitit job of several tasks (``hydra/launcher=slurm`` or ``submitit_local``
+    with ``tasks_per_node`` > 1 or ``nodes`` > 1) is one data-parallel run: put its
+    ranks, master address and port into ``environ`` as torchrun would (submitit's
+    TorchDistributedEnvironment), so every task joins the same process group.
+    Returns whether it did; torchrun's own variables win. Called once, at the entry point.
+    """
+    if "RANK" in environ or "SUBMITIT_EXECUTOR" not in environ:
+        return False
+    import submitit
+
+    if submitit.JobEnvironment().num_tasks <= 1:
+        return False
+    dist_env = submitit.helpers.TorchDistributedEnvironment()
+    # Each rank keeps every GPU visible and takes cuda:LOCAL_RANK (rank_device).
+    environ.update({
+        "MASTER_ADDR": dist_env.master_addr, "MASTER_PORT": str(dist_env.master_port),
+        "RANK": str(dist_env.rank), "WORLD_SIZE": str(dist_env.world_size),
+        "LOCAL_RANK": str(dist_env.local_rank), "LOCAL_WORLD_SIZE": str(dist_env.local_world_size),
+    })
+    return True
 
 
 def ranks_from_env(environ: Mapping[str, str]) -> Ranks:
