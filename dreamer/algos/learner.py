@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import time
 from typing import Any, Callable, NamedTuple
 
 import torch
@@ -34,6 +33,7 @@ from torch.profiler import record_function
 
 from dreamer.algos.nonfinite import NonFiniteGuard, NonFinitePolicy
 from dreamer.config import AlgoConfig, CompileConfig
+from dreamer.system.timing import device_clock
 from dreamer.system.compile import maybe_compile
 
 PHASES = ("world_model", "actor", "value")  # update order; also the optimiser names
@@ -185,7 +185,7 @@ class BaseLearner(abc.ABC):
         seconds, the eager pass and the world-model forward included."""
         if not self.compile_cfg.enabled:
             return 0.0
-        start = time.perf_counter()
+        start = device_clock(self.device)
         cuda = [self.device.index or 0] if self.device.type == "cuda" else []
         # Under the update's autocast: dynamo guards on the autocast state, so a
         # warm-up outside it would leave the first update to trace again.
@@ -203,7 +203,7 @@ class BaseLearner(abc.ABC):
                     self._warmup_step(prepared, latent)
         for opt in self.optimizers.values():
             opt.zero_grad(set_to_none=True)
-        return time.perf_counter() - start
+        return device_clock(self.device) - start
 
     def _warmup_step(self, prepared: TensorDictBase, latent: TensorDictBase) -> None:
         """One forward and backward of the actor and value losses, as ``update`` calls them."""

@@ -1,0 +1,24 @@
+"""Wall-clock timing of device work.
+
+CUDA runs asynchronously: a host clock read right after a launch measures the
+launch, not the work. Timing a stretch of device work (warm-up, benchmarks)
+reads the clock only once the device has finished what was queued.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on ``device`` (no-op off CUDA)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def device_clock(device: torch.device) -> float:
+    """``time.perf_counter()`` once ``device`` has finished its queued work."""
+    synchronize(device)
+    return time.perf_counter()
