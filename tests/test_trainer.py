@@ -315,3 +315,35 @@ def test_without_checkpoint_replay_a_resumed_run_refills_the_buffer_before_its_f
     result = Trainer(resumed).run()
     assert sizes[0] == ("warmup", 30) and min(size for _, size in sizes) == 30
     assert calls["update"] > 0 and result.updates == saved["counters"]["updates"] + calls["update"]
+
+
+def test_past_collector_max_restarts_the_run_ends_with_a_checkpoint_and_one_error_line(tmp_path, capsys):
+    """collector.max_restarts: every rebuilt collector's worker dies too; after that many
+    restarts the run stops, checkpointed, with one `error:` line (exit 2) naming the limit."""
+    from dreamer.__main__ import one_line_on_user_error
+    from dreamer.data.supervisor import WORKER_DIED, SupervisedCollector
+
+    run, calls = fake_run(tmp_path, batches=100)
+    builds = []
+
+    def die(i):
+        if i == 2:
+            raise RuntimeError(f"{WORKER_DIED}: worker 0 (exit code -9). Terminating the others.")
+
+    def build(restarted):
+        builds.append(restarted)
+        return FakeCollector(calls, 100, die)
+
+    run.collector = SupervisedCollector(build, restart=True, max_restarts=2)
+    run.cfg.collector.max_restarts = 2
+    run.cfg.logger.progress_bar = False  # stderr: the error line alone
+    with pytest.raises(SystemExit) as exit_info, one_line_on_user_error():
+        Trainer(run).run()
+    assert exit_info.value.code == 2
+    assert builds == [False, True, True]  # the first collector and max_restarts rebuilds, no more
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    newest = ckpt.load_latest(tmp_path)
+    assert newest["counters"]["frames"] == 3 * 2 * STEPS  # every batch collected is in it
+    assert err == [f"error: collector worker 0 (exit code -9) died after 2 restarts (collector.max_restarts=2); "
+                   f"check the env for crashes; final checkpoint {newest['path']}; continue with resume={tmp_path}"]
+    assert calls["trace_window.finish"] == 1 and calls["logger.close"] == 1
