@@ -310,7 +310,7 @@ class _ConfigReads:
                 for k in c.__mro__:
                     if dataclasses.is_dataclass(k):
                         self.by_class.setdefault(k.__name__, set()).add(section)
-        self.class_re = re.compile(r"\b(%s)\b" % "|".join(map(re.escape, self.by_class)))
+        self.class_re = re.compile(r"\b(" + "|".join(map(re.escape, self.by_class)) + r")\b")
         self.trees = [ast.parse(p.read_text(), str(p)) for p in sorted(root.rglob("*.py"))
                       if p.parent.name != "config"]
         self.class_attrs: dict[str, dict[str, set[str]]] = {}  # class -> attribute -> sections

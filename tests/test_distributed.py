@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
