@@ -28,6 +28,35 @@ def test_ranks_come_from_torchrun_environment():
     assert ranks.enabled and not ranks.is_main and ranks.local_rank == 1
 
 
+def test_each_rank_and_worker_collects_from_its_own_env_seed(monkeypatch):
+    """Data-parallel ranks must learn from different data, or max_param_divergence == 0
+    would prove nothing about gradient averaging: the env factories make_collector
+    hands each worker of each rank start from different first observations."""
+    from dreamer.config import Config
+    from dreamer.data import collectors
+
+    built = {}
+
+    class FakeMulti:
+        def __init__(self, factories, **kwargs):
+            self.factories = factories
+
+    monkeypatch.setattr(collectors, "MultiAsyncCollector", FakeMulti)
+    cfg = Config()
+    first_obs = {}
+    for rank in (0, 1):
+        fake = collectors.make_collector(cfg.collector, cfg.env, cfg.algo, cfg.compile, policy=None, seed=0,
+                                         workers=2, random_frames=0, learner_threads=1, rank=rank)
+        for worker, factory in enumerate(fake.factories):
+            built[rank, worker] = factory.keywords["seed"]
+            env = factory()
+            first_obs[rank, worker] = env.reset()["observation"]
+            env.close()
+    assert len(set(built.values())) == 4, built
+    obs = list(first_obs.values())
+    assert all(not torch.equal(a, b) for i, a in enumerate(obs) for b in obs[i + 1:]), first_obs
+
+
 def _average_on_rank(rank: int, port: int, out) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     used, unused = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2))
@@ -53,11 +82,12 @@ def test_gradients_are_averaged_across_ranks_even_where_one_has_none():
 
 
 def test_torchrun_two_cpu_ranks_finish_in_lockstep_and_rank0_alone_writes(tmp_path):
-    run_dir = tmp_path / "run"
+    # Each rank gets its own run dir (RANK in the path), so what rank 1 writes can be seen apart.
+    run_dir, rank1_dir = tmp_path / "run0", tmp_path / "run1"
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
          "-m", "dreamer", "experiment=smoke", "compile=off", "train.total_frames=250", "eval.video=false",
-         "logger.progress_bar=false", f"hydra.run.dir={run_dir}"],
+         "logger.progress_bar=false", f"hydra.run.dir={tmp_path}/run${{oc.env:RANK}}"],
         cwd=ROOT, env={**os.environ, "SDL_VIDEODRIVER": "dummy", "PYTHONPATH": str(ROOT)},
         capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
     )
@@ -69,6 +99,16 @@ def test_torchrun_two_cpu_ranks_finish_in_lockstep_and_rank0_alone_writes(tmp_pa
     updates = [m["updates"] for m in read_metrics(run_dir) if "loss_model_kl" in m]
     assert updates and len(updates) == len(set(updates))  # one writer
     assert len(list((run_dir / "checkpoints").glob("ckpt_*.pt"))) >= 1
+    # Rank 1 ran in its own run dir (Hydra wrote its .hydra/ there) and wrote no checkpoint, metrics or summary.
+    assert (rank1_dir / ".hydra" / "config.yaml").is_file()
+    written = {p.relative_to(rank1_dir).as_posix() for p in rank1_dir.rglob("*") if p.is_file()}
+    assert not [p for p in written if p.startswith("checkpoints/") or p.endswith((".pt", ".jsonl", ".csv"))
+                or p in ("summary.json", "config.json")], written
+    # Frames count per rank: rank 0 collected train.total_frames itself, within one of its
+    # own batches (a count summed over both ranks would stop it near half of that).
+    cfg = json.loads((run_dir / "config.json").read_text())
+    batch_frames = cfg["collector"]["frames_per_batch"] * cfg["collector"]["num_workers"] * cfg["env"]["action_repeat"]
+    assert 250 <= summary["frames"] < 250 + batch_frames
 
 
 SUBMITIT_TASK_1_OF_2 = {

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+import typing
 
 import pytest
-from helpers_unit import old_layout_config
+from helpers_unit import CONF_DIR, old_layout_config
 
 from dreamer.config import Config, load_config, to_dict
+from dreamer.config.load import config_key
 from dreamer.errors import UserError
 from dreamer.run import checkpoint as ckpt
 from dreamer.run import resume
@@ -102,3 +106,138 @@ def test_a_run_saved_before_the_algo_split_resumes(tmp_path, algo):
     assert not hasattr(cfg, "channels_last")
     if algo == "dreamer_v1":
         assert cfg.algo.channels_last is False  # the saved value, moved into algo
+
+
+# -- the allow-list as a table: every allowed leaf accepted and applied ------------------------
+
+# A value no config would carry by default, for leaves whose strings are checked.
+_VALID_STRINGS = {"device": "cpu", "resume": "/runs/b", "algo.name": "dreamer_v3"}
+
+
+def _schema_leaves(cls=Config, prefix=""):
+    """(dotted key, type) for every leaf of the schema (the algo section: the default algo's class)."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        inner = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
+        if dataclasses.is_dataclass(tp) or inner:
+            yield from _schema_leaves(inner[0] if inner else tp, f"{prefix}{f.name}.")
+        else:
+            yield prefix + config_key(f.name), tp  # env.import, as the command line names it
+
+
+def _another_value(key: str, tp, current):
+    """A valid value for ``key`` that differs from ``current``, drawn from its schema type."""
+    if key in _VALID_STRINGS:
+        return _VALID_STRINGS[key]
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) is typing.Union:  # Optional[X]
+        return _another_value(key, args[0], current)
+    if typing.get_origin(tp) is typing.Literal:
+        return next(a for a in args if a != current)
+    if typing.get_origin(tp) is list:
+        return [*(current or []), "resumed"]
+    if typing.get_origin(tp) is dict:
+        return {**(current or {}), "resumed": True}
+    if tp is bool:
+        return not current
+    if tp is int:
+        return (current or 0) + 1
+    if tp is float:
+        return (current or 0.0) * 2 + 1.0
+    if tp is str:
+        return f"{current or 'x'}_resumed"
+    raise AssertionError(f"no value generator for {key}: {tp}")
+
+
+def _deep_merge(a: dict, b: dict) -> dict:
+    return {**a, **{k: _deep_merge(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
+                    for k, v in b.items()}}
+
+
+def _nest(key: str, value) -> dict:
+    head, _, rest = key.partition(".")
+    return {head: _nest(rest, value) if rest else value}
+
+
+ALLOWED_LEAVES = [(k, tp) for k, tp in _schema_leaves() if resume.overridable(k)]
+REFUSED_LEAVES = [(k, tp) for k, tp in _schema_leaves() if not resume.overridable(k)]
+
+
+def test_the_table_covers_every_allow_listed_entry():
+    # Each entry of RESUME_OVERRIDABLE names at least one leaf (a typo would name none).
+    for entry in resume.RESUME_OVERRIDABLE:
+        assert any(k == entry or k.startswith(entry + ".") for k, _ in ALLOWED_LEAVES), entry
+
+
+@pytest.mark.parametrize("key, tp", ALLOWED_LEAVES, ids=[k for k, _ in ALLOWED_LEAVES])
+def test_every_allow_listed_key_is_accepted_and_applied(key, tp):
+    saved = _saved()
+    value = _another_value(key, tp, resume.flatten(saved).get(key))
+    requested = load_config(_deep_merge({"resume": "/runs/a"}, _nest(key, value)))
+    assert resume.flatten(to_dict(requested))[key] == value != resume.flatten(saved).get(key)
+    resume.refuse_overrides(saved, requested, {key})  # accepted
+    merged = resume.flatten(to_dict(resume.merge(saved, requested)))
+    assert merged[key] == value  # applied: the resumed run carries the new value
+    assert merged["buffer.batch_size"] == 4  # the rest stays the saved run's
+
+
+@pytest.mark.parametrize("key, tp", REFUSED_LEAVES, ids=[k for k, _ in REFUSED_LEAVES])
+def test_every_other_key_is_refused_naming_it(key, tp):
+    saved = _saved()
+    value = _another_value(key, tp, resume.flatten(saved).get(key))
+    try:
+        requested = load_config(_deep_merge({"resume": "/runs/a"}, _nest(key, value)))
+    except UserError:  # the generated value breaks a cross-field rule: not an override anyone can give
+        pytest.skip(f"{key}={value!r} is not a valid config alone")
+    with pytest.raises(UserError, match=rf"refused override: {re.escape(key)} \(saved "):
+        resume.refuse_overrides(saved, requested, {key})
+    # And merge never carries it over (were the refusal skipped, the saved value would win).
+    assert resume.flatten(to_dict(resume.merge(saved, requested)))[key] == resume.flatten(saved)[key]
+
+
+# -- group overrides (env=..., experiment=...) on resume: refused ----------------------------------
+
+
+@pytest.fixture
+def hydra_command_line():
+    """compose(overrides) -> (composed config, overridden_keys of that command line), as
+    dreamer.__main__ sees them (HydraConfig set), without starting a run."""
+    import hydra
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from dreamer.__main__ import overridden_keys
+    from dreamer.config import register_configs
+
+    register_configs()
+    GlobalHydra.instance().clear()
+
+    def compose(overrides):
+        dict_cfg = hydra.compose("config", overrides=overrides, return_hydra_config=True)
+        HydraConfig.instance().set_config(dict_cfg)
+        with open_dict(dict_cfg):  # the task function is handed the config without it
+            del dict_cfg["hydra"]
+        return dict_cfg, overridden_keys(dict_cfg)
+
+    with hydra.initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        yield compose
+    GlobalHydra.instance().clear()
+
+
+def test_overridden_keys_names_what_a_group_option_changes(hydra_command_line):
+    _, keys = hydra_command_line(["experiment=smoke", "seed=3"])
+    assert {"experiment", "seed"} <= keys
+    assert {"env.from_pixels", "buffer.batch_length"} <= keys  # set by the preset, not typed
+    _, keys = hydra_command_line(["env=dmc"])
+    assert {"env", "env.backend", "env.name"} <= keys
+
+
+@pytest.mark.parametrize("override, refused", [("env=dmc", "env.backend"), ("experiment=smoke", "algo.hidden_dim")])
+def test_a_group_override_on_resume_is_refused(hydra_command_line, override, refused):
+    saved = _saved()  # a Pendulum-on-states run with the default experiment
+    dict_cfg, keys = hydra_command_line([override, "resume=/runs/a"])
+    requested = load_config(dict_cfg)
+    with pytest.raises(UserError, match=rf"refused override: .*{re.escape(refused)} \(saved "):
+        resume.refuse_overrides(saved, requested, keys)

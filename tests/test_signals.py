@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
+import threading
 
 import pytest
 from helpers_e2e import FAST, alive, descendants, has_updates, start, wait_for
@@ -27,15 +27,14 @@ def test_a_stop_signal_writes_a_final_checkpoint_and_exits_0(tmp_path, sig, whol
     wait_for(has_updates(run_dir), 180, "the first updates")
     children = descendants(proc.pid)
     assert children, "the run has collector workers"
-    sent = time.monotonic()
     if whole_group:
         os.killpg(proc.pid, sig)
     else:
         proc.send_signal(sig)
-    out, err = proc.communicate(timeout=60)
-    took = time.monotonic() - sent
+    # How soon it stops is not timed (that depends on the machine): it must not make the
+    # batch's owed updates first, which the credit left in the checkpoint shows below.
+    out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
-    assert took < 30, f"took {took:.1f} s to stop"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stopped_by"] == signal.Signals(sig).name
     newest = ckpt.load_latest(run_dir)
@@ -51,11 +50,22 @@ def test_a_second_ctrl_c_exits_at_once_without_leaving_workers(tmp_path):
     proc = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=100000")
     wait_for(has_updates(run_dir), 180, "the first updates")
     children = descendants(proc.pid)
+    lines = []  # its stderr, read as it comes
+    readers = [threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True),
+               threading.Thread(target=proc.stdout.read, daemon=True)]  # a full pipe would block it
+    for reader in readers:
+        reader.start()
     os.killpg(proc.pid, signal.SIGINT)
-    time.sleep(0.5)  # a second keypress (two signals at once arrive as one)
+    # Two signals sent close together can arrive as one: the second keypress comes
+    # once the first has been handled (its handler printed its line), however loaded the machine.
+    wait_for(lambda: any("SIGINT: stopping after this step" in line for line in lines), 120,
+             "the first SIGINT's handler")
     os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=15)
-    assert proc.returncode == 130
+    proc.wait(timeout=60)
+    for reader in readers:
+        reader.join(timeout=10)
+    err = "".join(lines)
+    assert proc.returncode == 130, err[-3000:]
     assert "second SIGINT: exiting now" in err
     wait_for(lambda: not alive(children), 10, f"workers {children} to exit")
 

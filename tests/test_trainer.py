@@ -78,6 +78,9 @@ class FakeLearner:
     def state_dict(self):
         return {"w": torch.zeros(1)}
 
+    def load_state_dict(self, state):
+        self.calls["learner.load"] += 1
+
 
 class FakeLogger:
     def __init__(self, calls: Counter):
@@ -94,6 +97,9 @@ class FakeLogger:
 
     def close(self):
         self.calls["logger.close"] += 1
+
+    def rewind(self, updates):
+        self.calls["logger.rewind"] += 1
 
 
 def fake_run(tmp_path, *, batches=6, on_batch=None, requeue=False, fail_at_update=None):
@@ -283,3 +289,61 @@ def test_a_stop_while_the_replay_fills_is_acted_on_before_the_warm_up(tmp_path):
     result = Trainer(run).run()
     assert result.finished_by == "signal" and result.frames == 3 * STEPS and result.updates == 0
     assert calls["update"] == 0 and torn_down_once(calls)
+
+
+def test_without_checkpoint_replay_a_resumed_run_refills_the_buffer_before_its_first_update(tmp_path):
+    """checkpoint.replay=false: the checkpoint holds no replay, so the resumed run's
+    buffer starts empty and no update is made until it holds one batch of sequences
+    (batch_size x batch_length steps) again; init_random_frames is not paid twice."""
+    first, _ = fake_run(tmp_path, batches=3)
+    assert first.cfg.checkpoint.replay is False  # the default
+    Trainer(first).run()
+    saved = ckpt.load_latest(tmp_path)
+    assert "replay" not in saved
+
+    resumed, calls = fake_run(tmp_path, batches=8)
+    resumed.resumed = True
+    resumed.restore(saved)
+    assert len(resumed.replay) == 0
+    resumed.cfg.buffer.batch_length = 15  # 2 x 15 = 30 steps: three batches of refill
+    resumed.cfg.collector.init_random_frames = 10_000  # a fresh run would never learn within 8 batches
+    resumed.cfg.train.total_frames = saved["counters"]["frames"] + 8 * STEPS
+    sizes = []  # replay size at the warm-up and at each update
+    resumed.learner.warmup = lambda sample: (sizes.append(("warmup", len(resumed.replay))), 0.5)[1]
+    update = resumed.learner.update
+    resumed.learner.update = lambda sample: (sizes.append(("update", len(resumed.replay))), update(sample))
+    result = Trainer(resumed).run()
+    assert sizes[0] == ("warmup", 30) and min(size for _, size in sizes) == 30
+    assert calls["update"] > 0 and result.updates == saved["counters"]["updates"] + calls["update"]
+
+
+def test_past_collector_max_restarts_the_run_ends_with_a_checkpoint_and_one_error_line(tmp_path, capsys):
+    """collector.max_restarts: every rebuilt collector's worker dies too; after that many
+    restarts the run stops, checkpointed, with one `error:` line (exit 2) naming the limit."""
+    from dreamer.__main__ import one_line_on_user_error
+    from dreamer.data.supervisor import WORKER_DIED, SupervisedCollector
+
+    run, calls = fake_run(tmp_path, batches=100)
+    builds = []
+
+    def die(i):
+        if i == 2:
+            raise RuntimeError(f"{WORKER_DIED}: worker 0 (exit code -9). Terminating the others.")
+
+    def build(restarted):
+        builds.append(restarted)
+        return FakeCollector(calls, 100, die)
+
+    run.collector = SupervisedCollector(build, restart=True, max_restarts=2)
+    run.cfg.collector.max_restarts = 2
+    run.cfg.logger.progress_bar = False  # stderr: the error line alone
+    with pytest.raises(SystemExit) as exit_info, one_line_on_user_error():
+        Trainer(run).run()
+    assert exit_info.value.code == 2
+    assert builds == [False, True, True]  # the first collector and max_restarts rebuilds, no more
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    newest = ckpt.load_latest(tmp_path)
+    assert newest["counters"]["frames"] == 3 * 2 * STEPS  # every batch collected is in it
+    assert err == [f"error: collector worker 0 (exit code -9) died after 2 restarts (collector.max_restarts=2); "
+                   f"check the env for crashes; final checkpoint {newest['path']}; continue with resume={tmp_path}"]
+    assert calls["trace_window.finish"] == 1 and calls["logger.close"] == 1
