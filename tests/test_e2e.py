@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import helpers_wandb
 import imageio
 import pytest
 
@@ -103,28 +104,45 @@ def test_resume_refuses_an_override_outside_the_allow_list(smoke_run: Path, tmp_
     assert sorted((smoke_run / "checkpoints").iterdir()) == checkpoints  # nothing touched
 
 
-def test_wandb_run_offline_without_an_account_carries_config_tags_curve_and_video(tmp_path):
+def test_wandb_run_offline_without_an_account_carries_config_tags_curve_and_video_and_resumes_into_it(tmp_path):
     run_dir = tmp_path / "run"
     env_without_key = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "dreamer", "experiment=smoke", "logger=wandb", "compile=off",
-         "train.total_frames=300", f"hydra.run.dir={run_dir}", "logger.progress_bar=false",
-         "logger.group=ci-group", "logger.tags=[ci-tag]", "algo.imagination_horizon=4"],
-        cwd=ROOT, env={**env_without_key, "SDL_VIDEODRIVER": "dummy", "HOME": str(tmp_path)},
-        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (offline,) = (run_dir / "wandb").glob("offline-run-*")
+    overrides = ["experiment=smoke", "logger=wandb", "compile=off", "logger.progress_bar=false",
+                 "logger.group=ci-group", "logger.tags=[ci-tag]", "algo.imagination_horizon=4"]
+
+    def dreamer_offline(*more: str) -> None:
+        result = subprocess.run(
+            [sys.executable, "-m", "dreamer", *overrides, *more],
+            cwd=ROOT, env={**env_without_key, "SDL_VIDEODRIVER": "dummy", "HOME": str(tmp_path)},
+            capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, check=False,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+
+    dreamer_offline("train.total_frames=300", f"hydra.run.dir={run_dir}")
+    (offline,) = helpers_wandb.offline_runs(run_dir)
     assert (run_dir / "summary.json").exists()
     assert list((offline / "files" / "media" / "videos").glob("eval_video_*.mp4"))
     assert list((offline / "files" / "media" / "videos").glob("openloop_*.mp4"))
     assert list((offline / "files" / "media" / "images").glob("learning_curve_*.png"))
     assert (run_dir / "learning_curve.png").exists()
-    # wandb 0.31 has no Python reader for its .wandb record log; its strings are stored as is.
     (records,) = offline.glob("*.wandb")
     data = records.read_bytes()
     for text in (b"ci-group", b"ci-tag", b"imagination_horizon", b"eval_return_mean", b"loss_model_kl"):
         assert text in data, text
+    # One history row per metrics.jsonl record (plus one per video / image), x axis env frames.
+    metrics = read_metrics(run_dir)
+    rows = helpers_wandb.history(offline)
+    assert [row["step"] for row in rows if "updates" in row] == [m["frames"] for m in metrics]
+    assert len(rows) == len(metrics) + sum(1 for row in rows if "updates" not in row)
+    assert {k.split("/")[0] for row in rows if "updates" not in row for k in row if not k.startswith(("_", "step"))} \
+        == {"eval_video", "openloop", "learning_curve"}
+
+    # The resumed run logs into the same W&B run.
+    dreamer_offline(f"resume={run_dir}", "train.total_frames=400", f"hydra.run.dir={tmp_path / 'h'}")
+    first, resumed = helpers_wandb.offline_runs(run_dir)
+    run_id = json.loads((run_dir / "wandb_run.json").read_text())["run_id"]
+    assert helpers_wandb.run_ids(first) == helpers_wandb.run_ids(resumed) == {run_id}
+    assert min(row["step"] for row in helpers_wandb.history(resumed)) >= metrics[-1]["frames"]
 
 
 # One process per error layer, each ending in one `error:` line (exit 2); every other

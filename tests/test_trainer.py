@@ -95,6 +95,9 @@ class FakeLogger:
     def log_learning_curve(self, frames):
         self.calls["learning_curve"] += 1
 
+    def state_dict(self):
+        return {}
+
     def close(self):
         self.calls["logger.close"] += 1
 

@@ -8,76 +8,172 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import string
 from pathlib import Path
 
 import torch
 from torchrl.record.loggers import Logger, get_logger
+from torchrl.record.loggers.csv import CSVLogger
 
 from dreamer.config import LoggerConfig
+
+# {"run_id": ...}: the W&B run id of a run directory, from its first start on. Not
+# wandb's own wandb/wandb-resume.json: wandb deletes that one unless resume="auto".
+RUN_ID_FILE = "wandb_run.json"
+
+
+def _new_run_id() -> str:
+    """8 characters of [a-z0-9], as wandb's own ids (wandb.util.generate_id is gone in wandb 0.31)."""
+    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+
+
+def _replace(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _csv_rows_up_to(text: str, frames: int) -> str:
+    """The ``step,value`` rows with step <= ``frames``; a torn or unreadable row is dropped."""
+    lines = text.split("\n")
+    lines.pop()  # after the last newline: empty, or a row torn by a kill
+    kept = []
+    for line in lines:
+        try:
+            step, value = line.split(",")
+            if float(step) <= frames:
+                float(value)
+                kept.append(line + "\n")
+        except ValueError:
+            continue
+    return "".join(kept)
 
 
 class RunLogger:
     """``run_name`` names the run in W&B; ``config`` (the whole config as a dict)
     is stored with it. ``enabled=False`` (data-parallel ranks other than 0)
-    writes nothing."""
+    writes nothing.
+
+    ``saved_state``: :meth:`state_dict` from the checkpoint a resumed run
+    starts from. A W&B run keeps one run id for its whole run directory: the
+    id in the checkpoint, else the one in ``wandb_run.json`` (written
+    at the first start, so an attempt that died before its first checkpoint
+    is continued too), else a new one.
+    """
 
     def __init__(self, logger_cfg: LoggerConfig, run_dir: Path, *, run_name: str, config: dict,
-                 enabled: bool = True):
+                 enabled: bool = True, saved_state: dict | None = None):
         self.enabled = enabled
         self.run_dir = Path(run_dir)
         self.logger: Logger | None = None
+        self.mode = logger_cfg.mode
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
         lc = logger_cfg
         if lc.backend == "wandb":
-            from torchrl.record.loggers.wandb import WandbLogger
-
-            self.logger = WandbLogger(
-                run_name, save_dir=str(self.run_dir), project=lc.project,
-                offline=lc.mode == "offline", mode=lc.mode,
-                config=config, group=lc.group, tags=list(lc.tags),
-                # torchrl defaults to resume="allow", which asks the server (and
-                # prompts for a login) even offline.
-                resume=None,
-            )
+            self.logger = self._wandb_logger(lc, run_name, config, saved_state or {})
         elif lc.backend == "csv":
             self.logger = get_logger("csv", logger_name=str(self.run_dir), experiment_name="csv")
 
+    def _wandb_logger(self, lc: LoggerConfig, run_name: str, config: dict, saved: dict) -> Logger:
+        from torchrl.record.loggers.wandb import WandbLogger
+
+        saved_id = saved.get("local", {}).get("id") if saved.get("backend") == "wandb" else None
+        run_id = saved_id or self._read_run_id()
+        if lc.mode != "online":
+            # Offline, wandb ignores resume= (nothing asks a server): every attempt
+            # writes its own offline-run-<time>-<id> folder, and `wandb sync` uploads
+            # the folders of one id as one run, in start order.
+            resume = None
+        elif saved_id and saved.get("mode") == "online":
+            resume = "must"  # the checkpoint's run exists on the server
+        elif run_id:
+            resume = "allow"  # an attempt before the first checkpoint, or a run started offline
+        else:
+            resume = None
+        if run_id is None:
+            run_id = _new_run_id()
+        if lc.mode != "disabled":
+            self._write_run_id(run_id)
+        return WandbLogger(
+            run_name, save_dir=str(self.run_dir), project=lc.project,
+            offline=lc.mode == "offline", mode=lc.mode, id=run_id,
+            config=config, group=lc.group, tags=list(lc.tags),
+            # torchrl defaults to resume="allow", which asks the server (and
+            # prompts for a login); only an online run resumes.
+            resume=resume,
+        )
+
+    @property
+    def _run_id_path(self) -> Path:
+        return self.run_dir / RUN_ID_FILE
+
+    def _read_run_id(self) -> str | None:
+        try:
+            return json.loads(self._run_id_path.read_text())["run_id"] or None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _write_run_id(self, run_id: str) -> None:
+        if self._read_run_id() == run_id:
+            return
+        _replace(self._run_id_path, json.dumps({"run_id": run_id}) + "\n")
+
+    # -- checkpoint -----------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Plain types only (checkpoints load with weights_only=True): the W&B
+        logger's state (run id, step registry) from TorchRL's ``Logger.state_dict``."""
+        if not self.enabled or not self._is_wandb():
+            return {}
+        return {"backend": "wandb", "mode": self.mode, **self.logger.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """The W&B step registry from the checkpoint (its run id was used at construction)."""
+        if self._is_wandb() and state.get("backend") == "wandb":
+            self.logger.load_state_dict(state)
+
+    # -- records --------------------------------------------------------------
     def log(self, record: dict) -> None:
-        """One line of metrics.jsonl (frames and updates always present)."""
+        """One line of metrics.jsonl (frames and updates always present), and
+        one logger record (one W&B history row) at step = env frames."""
         if not self.enabled:
             return
         with open(self.metrics_path, "a") as f:
             f.write(json.dumps(record) + "\n")
         if self.logger is not None:
-            step = record["frames"]
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and key != "frames":
-                    self.logger.log_scalar(key, value, step=step)
+            scalars = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "frames"}
+            self.logger.log_metrics(scalars, step=record["frames"])
 
-    def rewind(self, updates: int) -> None:
-        """Drop metrics.jsonl lines past ``updates`` (and a line torn by a kill), atomically.
+    def rewind(self, updates: int, frames: int) -> None:
+        """Cut the records back to a checkpoint at ``updates``/``frames``, atomically.
 
-        A resumed run restarts from its checkpoint; the lines the killed run
-        logged after it would otherwise make frames/updates go backwards.
+        A resumed run restarts from its checkpoint; what the killed run logged
+        after it would otherwise make frames/updates go backwards.
+        metrics.jsonl drops lines past ``updates``; the CSV logger's files
+        (csv/scalars/*.csv, rows ``step,value`` with step = env frames) drop
+        rows past ``frames``. Both drop a line torn by a kill.
         """
         if not self.enabled:
             return
-        if not self.metrics_path.exists():
-            return
-        kept = []
-        for line in self.metrics_path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if record.get("updates", 0) <= updates:
-                kept.append(line + "\n")
-        tmp = self.metrics_path.with_name(".metrics.jsonl.tmp")
-        tmp.write_text("".join(kept))
-        os.replace(tmp, self.metrics_path)
+        if self.metrics_path.exists():
+            kept = []
+            for line in self.metrics_path.read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if record.get("updates", 0) <= updates:
+                    kept.append(line + "\n")
+            _replace(self.metrics_path, "".join(kept))
+        for path in sorted((self.run_dir / "csv" / "scalars").rglob("*.csv")):
+            _replace(path, _csv_rows_up_to(path.read_text(), frames))
+        if isinstance(self.logger, CSVLogger):  # files it opened before the rewind: reopened at the next row
+            for handle in self.logger.experiment.files.values():
+                handle.close()
+            self.logger.experiment.files.clear()
 
     def log_video(self, frames: torch.Tensor, tag: str, frames_seen: int, fps: int = 15) -> Path:
         """(T, H, W, C) uint8 -> videos/<tag>_<frames>.mp4 (and W&B when used)."""
@@ -89,7 +185,9 @@ class RunLogger:
         if self._is_wandb():
             import wandb
 
-            self.logger.experiment.log({tag: wandb.Video(str(path), format="mp4")}, step=frames_seen)
+            # Through the logger's own step convention (step = env frames, one row);
+            # its log_video would encode the frames again and needs moviepy.
+            self.logger.log_metrics({tag: wandb.Video(str(path), format="mp4")}, step=frames_seen)
         return path
 
     def write_summary(self, summary: dict) -> None:
@@ -109,7 +207,7 @@ class RunLogger:
         if self._is_wandb():
             import wandb
 
-            self.logger.experiment.log({"learning_curve": wandb.Image(str(path))}, step=frames_seen)
+            self.logger.log_metrics({"learning_curve": wandb.Image(str(path))}, step=frames_seen)
         return path
 
     def _is_wandb(self) -> bool:

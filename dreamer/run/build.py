@@ -134,7 +134,10 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
             checkpoint_due=Every(cfg.checkpoint.every),
         )
         run_name = "-".join(p for p in (cfg.experiment, cfg.env.name, cfg.model, f"s{cfg.seed}") if p)
-        logger = RunLogger(cfg.logger, run_dir, run_name=run_name, config=to_dict(cfg), enabled=ranks.is_main)
+        logger = RunLogger(
+            cfg.logger, run_dir, run_name=run_name, config=to_dict(cfg), enabled=ranks.is_main,
+            saved_state=resumed_state.get("logger") if resumed_state is not None else None,  # same W&B run
+        )
         teardown.callback(logger.close)  # runs first
 
         run = Run(
@@ -147,7 +150,7 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         if resumed_state is not None:
             run.restore(resumed_state)
         else:
-            logger.rewind(0)  # lines of an attempt that died before its first checkpoint
+            logger.rewind(0, 0)  # records of an attempt that died before its first checkpoint
         if ranks.enabled:
             distributed.broadcast_module(models.modules)  # identical start on every rank
             learner.grad_sync = distributed.GradientAverager(ranks.world_size)

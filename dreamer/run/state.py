@@ -87,6 +87,7 @@ class Run:
             "learner": self.learner.state_dict(),
             "cadence": self.cadence.state_dict(),
             "rng": ckpt.rng_state(),
+            "logger": self.logger.state_dict(),  # the W&B run id and step registry (plain types)
             **({"replay": replay_state(self.replay)} if self.cfg.checkpoint.replay else {}),
         }
 
@@ -101,7 +102,9 @@ class Run:
             log.info("replay buffer restored: %d steps", len(self.replay))
         else:
             log.info("replay buffer not in the checkpoint (checkpoint.replay=false): refilling it")
-        self.logger.rewind(c["updates"])  # lines logged after this checkpoint are replayed anew
+        # Its run id was used when the logger was built (build_run); here its counters.
+        self.logger.load_state_dict(state.get("logger", {}))
+        self.logger.rewind(c["updates"], c["frames"])  # records logged after this checkpoint are replayed anew
         log.info("checkpoint %s", state["path"])
         log.info("resumed from %s at frames=%d updates=%d", self.run_dir, c["frames"], c["updates"])
 
