@@ -98,10 +98,13 @@ class FakeLogger:
     def state_dict(self):
         return {}
 
+    def load_state_dict(self, state):
+        pass
+
     def close(self):
         self.calls["logger.close"] += 1
 
-    def rewind(self, updates):
+    def rewind(self, updates, frames):
         self.calls["logger.rewind"] += 1
 
 
