@@ -137,7 +137,7 @@ def test_fitting_one_batch_lowers_reconstruction_and_reward_loss(algo, pixels):
     reward term with its sign flipped or left out of the summed loss (the term then grows
     or stays put), a world-model optimiser that does not step or steps other parameters,
     or the batch's observations / rewards not reaching the loss. world_model_lr 3e-3 and
-    reward_scale 0.1 (Pendulum's rewards reach -16; the README's advice) so that 50 updates
+    reward_scale 0.1 (Pendulum's rewards reach -16; see algo.reward_scale in dreamer/config/schema.py) so that 50 updates
     of a tiny model move the losses well clear of the margin."""
     cfg = _config(algo, pixels, "Pendulum-v1", world_model_lr=3e-3, reward_scale=0.1)
     learner, env, batch = _learner_on_fixed_batch(cfg)
