@@ -33,8 +33,8 @@ from torch.profiler import record_function
 
 from dreamer.algos.nonfinite import NonFiniteGuard, NonFinitePolicy
 from dreamer.config import AlgoConfig, CompileConfig
-from dreamer.system.timing import device_clock
 from dreamer.system.compile import maybe_compile
+from dreamer.system.timing import device_clock
 
 PHASES = ("world_model", "actor", "value")  # update order; also the optimiser names
 
