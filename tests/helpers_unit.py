@@ -136,6 +136,22 @@ def collector_batch(
 HOST_TRANSFERS = ("item", "cpu", "tolist", "__float__", "__int__", "__bool__", "numpy")
 
 
+def aot_cache_bypasses() -> int:
+    """How many compiled graphs AOTAutograd's cache bypassed since ``counters.clear()``.
+
+    torch's counter names are internals: a renamed counter would read 0 and pass a
+    ``== 0`` check silently. So the cache must have recorded some outcome under the
+    names read here, or the test says which names to update.
+    """
+    from torch._dynamo.utils import counters
+
+    aot = counters["aot_autograd"]
+    outcomes = {name for name in aot if name.startswith("autograd_cache_")}
+    assert outcomes, (f"torch {torch.__version__} recorded no AOTAutograd cache outcome as autograd_cache_* "
+                      f"(counters: {dict(aot)}): the counter names changed, update this helper")
+    return aot["autograd_cache_bypass"]
+
+
 class CallCounter:
     """Counts calls of patched methods and remembers where they came from."""
 

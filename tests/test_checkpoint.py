@@ -254,3 +254,20 @@ def test_a_full_disk_mid_checkpoint_keeps_the_previous_one_end_to_end(tmp_path):
     assert ckpt.list_checkpoints(run_dir)[-1] == previous
     assert hashlib.sha256(previous.read_bytes()).hexdigest() == digest
     assert not list((run_dir / ckpt.CHECKPOINT_DIR).glob(".*tmp"))
+
+
+def test_loading_a_checkpoint_maps_it_instead_of_copying_it_into_ram(tmp_path):
+    """A checkpoint with the replay buffer is as large as the buffer: loaded, it is
+    mapped (the tensors are read as the live storage copies them), not held a second
+    time in RAM beside the buffer it is restored into."""
+    import gc
+
+    import psutil
+
+    ckpt.save_checkpoint(tmp_path, {"replay": torch.ones(50_000_000)}, updates=1, keep=1)  # 200 MB
+    gc.collect()
+    rss = psutil.Process().memory_info().rss
+    state = ckpt.load_latest(tmp_path)
+    grew_mib = (psutil.Process().memory_info().rss - rss) / 2**20
+    assert grew_mib < 50, f"loading read {grew_mib:.0f} MiB of a 191 MiB checkpoint into memory"
+    assert float(state["replay"][-1]) == 1.0  # and the data is there when read
