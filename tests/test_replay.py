@@ -218,6 +218,22 @@ def test_plain_write_buffer_still_applies_a_write_transform():
     assert _storage_td(rb)["obs"][:3, 0].tolist() == [0.0, 2.0, 4.0]
 
 
+def test_a_sample_side_device_move_keeps_the_direct_write_path(monkeypatch):
+    """On a GPU learner the buffer moves sampled batches to the device through a plain
+    callable transform; its inverse is the identity, so writes still skip upstream's
+    per-step clone and go straight to the writer (the direct stack)."""
+    rb = PlainWriteReplayBuffer(storage=LazyTensorStorage(8), writer=SliceCursorWriter(),
+                                transform=lambda batch: batch.to("cpu"))
+
+    def upstream_extend(*args, **kwargs):
+        raise AssertionError("the write took upstream's extend (per-step clone + transform.inv)")
+
+    monkeypatch.setattr(TensorDictReplayBuffer, "extend", upstream_extend)
+    rb.extend(LazyStackedTensorDict.lazy_stack([_step(j) for j in range(3)], dim=0))
+    assert _storage_td(rb)["obs"][:3, 0].tolist() == [0.0, 1.0, 2.0]
+    assert rb.sample(2)["obs"].shape == (2, 3)  # the sample side still applies it
+
+
 def test_list_of_steps_is_written_by_a_direct_stack_onto_storage(write_spies):
     capacity = 5
     rb = ReplayBuffer(storage=LazyTensorStorage(capacity), writer=SliceCursorWriter())

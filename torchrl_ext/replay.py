@@ -18,6 +18,7 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler
 from torchrl.data.replay_buffers.storages import LazyTensorStorage
 from torchrl.data.replay_buffers.writers import RoundRobinWriter
+from torchrl.envs.transforms._base import _CallableTransform
 
 
 class SliceCursorWriter(RoundRobinWriter):
@@ -92,8 +93,9 @@ class PlainWriteReplayBuffer(TensorDictReplayBuffer):
     data even for an empty ``Compose``) and then writes an ``"index"`` entry into
     that clone, for priority updates. For a lazy stack of K steps both are per-step
     Python work (K clones, K index writes): about half of a 128-step write. With no
-    transform and no prioritized sampler neither has any effect, so this buffer
-    skips them; otherwise it is upstream's ``extend`` unchanged.
+    transform whose inverse changes the data (none, or only sample-side callables
+    such as the move to a GPU learner) and no prioritized sampler neither has any
+    effect, so this buffer skips them; otherwise it is upstream's ``extend`` unchanged.
     """
 
     def extend(self, tensordicts: TensorDictBase, *, update_priority: bool | None = None) -> torch.Tensor:
@@ -101,8 +103,17 @@ class PlainWriteReplayBuffer(TensorDictReplayBuffer):
             self._init()
         if (
             isinstance(tensordicts, TensorDictBase)
-            and not (self._transform is not None and len(self._transform))
+            and _inverse_is_identity(self._transform)
             and not isinstance(self._sampler, PrioritizedSampler)
         ):
             return self._extend(tensordicts)
         return super().extend(tensordicts, update_priority=update_priority)
+
+
+def _inverse_is_identity(transform) -> bool:
+    """No transform, or only plain callables (what ``transform=fn`` becomes: applied to
+    sampled data, their inverse returns written data as it is, e.g. a move to the
+    learner's device). A real :class:`~torchrl.envs.Transform` may change what is written."""
+    if transform is None:
+        return True
+    return all(isinstance(t, _CallableTransform) for t in getattr(transform, "transforms", [transform]))
