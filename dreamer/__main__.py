@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 
 from dreamer.config import load_config, register_configs
 from dreamer.errors import UserError
+from dreamer.report.console import VERBOSE_ENV
 from dreamer.run.stopping import under_requeueing_scheduler
 from dreamer.system import distributed
 
@@ -67,6 +68,7 @@ def main(dict_cfg: DictConfig) -> RunResult:
     # signal (--signal=...@seconds before the time limit, or preemption)
     # checkpoints and exits 0, and the scheduler requeues the run.
     requeue = under_requeueing_scheduler(os.environ)
+    verbose = os.environ.get(VERBOSE_ENV) == "1"
     distributed.export_scheduler_ranks(os.environ)  # a multi-task submitit job: one data-parallel run
     ranks = distributed.ranks_from_env(os.environ)  # torchrun's (or exported above), else one process
     with one_line_on_user_error():
@@ -76,7 +78,8 @@ def main(dict_cfg: DictConfig) -> RunResult:
         distributed.setup(cfg.distributed, cfg.device, ranks)
         try:
             overridden = overridden_keys(dict_cfg) if cfg.resume else set()
-            result = train(cfg, Path(HydraConfig.get().runtime.output_dir), ranks, overridden, requeue=requeue)
+            result = train(cfg, Path(HydraConfig.get().runtime.output_dir), ranks, overridden, requeue=requeue,
+                           quiet=not verbose)
         finally:
             distributed.teardown(ranks)
         state = "stopped early" if result.preempted else "done"
@@ -87,7 +90,12 @@ def main(dict_cfg: DictConfig) -> RunResult:
 
 def run() -> None:
     from dreamer.config.preflight import check_command_line
+    from dreamer.report.console import quiet_libraries, verbose_requested
 
+    if verbose_requested(sys.argv, os.environ):  # --verbose is ours: removed before Hydra reads argv
+        os.environ[VERBOSE_ENV] = "1"  # read by main(), also in a launcher's job process
+    else:
+        quiet_libraries(os.environ)
     with one_line_on_user_error():
         check_command_line(sys.argv[1:])
     main()

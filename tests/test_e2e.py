@@ -39,7 +39,16 @@ def smoke_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("smoke")
     result = dreamer("experiment=smoke", f"hydra.run.dir={run_dir}", "logger.progress_bar=false")
     assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir / "console.txt").write_text(result.stdout + result.stderr)
     return run_dir
+
+
+def test_a_normal_run_prints_our_lines_only(smoke_run: Path):
+    """Library warnings (tensordict's and torch's deprecations, dynamo's hints, dm_control's
+    absl lines) and torchrl's INFO lines are filtered, in the learner and in the workers."""
+    printed = [line for line in (smoke_run / "console.txt").read_text().splitlines() if line.strip()]
+    assert printed and all("][dreamer][" in line for line in printed), [
+        line for line in printed if "][dreamer][" not in line][:5]
 
 
 def test_help_shows_the_config_groups():

@@ -19,6 +19,7 @@ from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buff
 from dreamer.data.supervisor import SupervisedCollector
 from dreamer.envs.factory import close_env, make_env
 from dreamer.envs.rendering import configure_mujoco_gl
+from dreamer.report.console import quiet_worker
 from dreamer.report.logger import RunLogger
 from dreamer.report.openloop import check_openloop_config, openloop_enabled
 from dreamer.run import resume
@@ -35,7 +36,7 @@ log = logging.getLogger("dreamer")
 
 
 def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed.Ranks(),
-              overridden: set[str] = frozenset(), *, requeue: bool = False) -> Run:
+              overridden: set[str] = frozenset(), *, requeue: bool = False, quiet: bool = False) -> Run:
     """The run's collaborators, restored from its checkpoint when ``cfg.resume`` is set.
 
     ``overridden``: config keys the command line set (checked against the
@@ -115,7 +116,7 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
                 cfg.collector, cfg.env, cfg.algo, cfg.compile, models.policy(explore=True), seed=cfg.seed,
                 workers=workers, random_frames=0 if restarted else random_frames,
                 learner_threads=threads, worker_hook=trace_window.collector_hook(), rank=ranks.rank,
-                worker_init=ignore_stop_signals,  # the main process owns the workers' lifetime
+                worker_init=start_quiet_worker if quiet else ignore_stop_signals,
             ),
             restart=cfg.collector.restart_on_failure, max_restarts=cfg.collector.max_restarts,
             should_stop=lambda: stopper.requested is not None,
@@ -162,3 +163,10 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
             (run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
         run.teardown = teardown.pop_all()  # from here on, run.close() tears it down
     return run
+
+
+def start_quiet_worker() -> None:
+    """Collector worker start-up: the main process owns the workers' lifetime (stop
+    signals ignored), and the libraries' chatter is filtered as in the main process."""
+    ignore_stop_signals()
+    quiet_worker()

@@ -24,10 +24,11 @@ log = logging.getLogger("dreamer")
 
 
 def train(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed.Ranks(),
-          overridden: set[str] = frozenset(), *, requeue: bool = False) -> RunResult:
+          overridden: set[str] = frozenset(), *, requeue: bool = False, quiet: bool = False) -> RunResult:
     """``overridden``: config keys the command line set (checked against the allow-list on resume);
-    ``requeue``: a requeueing scheduler runs us (see dreamer.run.stopping)."""
-    return Trainer(build_run(cfg, run_dir, ranks, overridden, requeue=requeue)).run()
+    ``requeue``: a requeueing scheduler runs us (see dreamer.run.stopping); ``quiet``: collector
+    workers filter library chatter too (dreamer.report.console)."""
+    return Trainer(build_run(cfg, run_dir, ranks, overridden, requeue=requeue, quiet=quiet)).run()
 
 
 class Trainer:
