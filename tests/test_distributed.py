@@ -126,10 +126,12 @@ def test_a_multi_task_submitit_job_is_one_data_parallel_run(monkeypatch):
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(key, raising=False)
     for key, value in SUBMITIT_TASK_1_OF_2.items():
-        monkeypatch.setenv(key, value)
-    assert export_scheduler_ranks(os.environ)
-    assert ranks_from_env(os.environ) == Ranks(rank=1, world_size=2, local_rank=1, local_world_size=2)
-    assert os.environ["MASTER_ADDR"] and int(os.environ["MASTER_PORT"]) > 0
+        monkeypatch.setenv(key, value)  # submitit's JobEnvironment reads the process environment
+    environ = dict(os.environ)  # exported into a copy: the ranks must not leak into later tests' processes
+    assert export_scheduler_ranks(environ)
+    assert ranks_from_env(environ) == Ranks(rank=1, world_size=2, local_rank=1, local_world_size=2)
+    assert environ["MASTER_ADDR"] and int(environ["MASTER_PORT"]) > 0
+    assert "RANK" not in os.environ
 
 
 def test_one_task_jobs_and_torchrun_are_left_alone(monkeypatch):
@@ -139,6 +141,7 @@ def test_one_task_jobs_and_torchrun_are_left_alone(monkeypatch):
                        "SUBMITIT_LOCAL_LOCALID": "0"}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("RANK", raising=False)
-    assert not export_scheduler_ranks(os.environ) and "RANK" not in os.environ
+    environ = dict(os.environ)
+    assert not export_scheduler_ranks(environ) and "RANK" not in environ
     torchrun = {**SUBMITIT_TASK_1_OF_2, "RANK": "3", "WORLD_SIZE": "4"}
     assert not export_scheduler_ranks(torchrun) and torchrun["RANK"] == "3"
