@@ -12,10 +12,10 @@ import re
 import typing
 
 import pytest
+from helpers_unit import REPO_ROOT
 
 from dreamer.config import ALGO_CONFIGS, Config, config_key
 from dreamer.run.resume import RESUME_OVERRIDABLE
-from helpers_unit import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text()
 PACKAGES = sorted(p.parent.name for p in (REPO_ROOT / "dreamer").glob("*/__init__.py"))

@@ -3,6 +3,7 @@
 Nothing here imports ``dreamer``.
 """
 
+from torchrl_ext.device import module_to
 from torchrl_ext.dreamer_v3 import SyncFreeDreamerV3ValueLoss, replay_lambda_returns
 from torchrl_ext.imagination import FixedBoundsTanhNormal, NonTerminatingDreamerEnv
 from torchrl_ext.obs_decoder import MatmulObsDecoder
@@ -22,5 +23,6 @@ __all__ = [
     "SelectiveRSSMRollout",
     "SliceCursorWriter",
     "SyncFreeDreamerV3ValueLoss",
+    "module_to",
     "replay_lambda_returns",
 ]

@@ -6,6 +6,7 @@ so workers start clean (spawn, not fork) and never inherit compiler state.
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import torch
@@ -15,7 +16,23 @@ from torchrl.collectors import BaseCollector, Collector, MultiAsyncCollector
 from dreamer.config import AlgoConfig, CollectorConfig, CompileConfig, EnvConfig
 from dreamer.envs.factory import env_factory
 from dreamer.system.compile import compile_kwargs
-from torchrl_ext import LivenessCheckedSharedMemWeightSyncScheme
+from torchrl_ext import LivenessCheckedSharedMemWeightSyncScheme, module_to
+
+
+def worker_policy(
+    policy: TensorDictModuleBase, learner_device: torch.device, collector_device: torch.device,
+) -> tuple[TensorDictModuleBase, TensorDictModuleBase | None]:
+    """(what the workers receive, the policy whose weights are pushed to them).
+
+    On one device the workers get the learner's own modules (on CPU they read
+    them through shared memory) and the second item is None. Otherwise they get
+    a copy with everything on the collector device, plain tensor attributes and
+    specs included (``torchrl_ext.module_to``), so no GPU tensor reaches a CPU
+    worker, and each weight push sends ``policy``'s current weights.
+    """
+    if learner_device == collector_device:
+        return policy, None
+    return module_to(copy.deepcopy(policy), collector_device), policy
 
 
 def make_collector(

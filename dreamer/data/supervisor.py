@@ -15,6 +15,7 @@ import logging
 from typing import Callable, Iterator
 
 from tensordict import TensorDictBase
+from torch import nn
 from torchrl.collectors import BaseCollector
 
 from dreamer.errors import UserError
@@ -39,9 +40,12 @@ class SupervisedCollector:
 
     def __init__(
         self, build: Callable[[bool], BaseCollector], *, restart: bool, max_restarts: int,
-        should_stop: Callable[[], bool] = lambda: False,
+        should_stop: Callable[[], bool] = lambda: False, weights_source: nn.Module | None = None,
     ):
         self.build = build
+        # Where pushed weights come from when the workers hold a copy of the policy
+        # on another device (dreamer.data.collectors.worker_policy); None: their own.
+        self.weights_source = weights_source
         self.restart = restart
         self.max_restarts = max_restarts
         self.should_stop = should_stop
@@ -77,7 +81,10 @@ class SupervisedCollector:
 
     def update_policy_weights_(self) -> None:
         try:
-            self.collector.update_policy_weights_()
+            if self.weights_source is not None:
+                self.collector.update_policy_weights_(self.weights_source)
+            else:
+                self.collector.update_policy_weights_()
         except (ReceiverDied, BrokenPipeError, EOFError, ConnectionError):
             pass  # a worker died: the next batch fetch notices it (and restarts or stops)
 

@@ -14,7 +14,7 @@ import torch
 
 from dreamer.algos.registry import algorithm
 from dreamer.config import Config, to_dict
-from dreamer.data.collectors import make_collector
+from dreamer.data.collectors import make_collector, worker_policy
 from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buffer
 from dreamer.data.supervisor import SupervisedCollector
 from dreamer.envs.factory import close_env, make_env
@@ -111,15 +111,19 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         collection.callback(trace_window.finish)  # after the workers wrote their traces
         # Collectors first: workers are spawned before any compile state exists
         # (a restart after a worker died spawns fresh interpreters: still clean).
+        acting = models.policy(explore=True)  # on the learner's device
+        collector_device = torch.device(cfg.collector.device)
         collector = SupervisedCollector(
-            lambda restarted: make_collector(
-                cfg.collector, cfg.env, cfg.algo, cfg.compile, models.policy(explore=True), seed=cfg.seed,
+            lambda restarted: make_collector(  # a restart copies the current weights again
+                cfg.collector, cfg.env, cfg.algo, cfg.compile, worker_policy(acting, device, collector_device)[0],
+                seed=cfg.seed,
                 workers=workers, random_frames=0 if restarted else random_frames,
                 learner_threads=threads, worker_hook=trace_window.collector_hook(), rank=ranks.rank,
                 worker_init=start_quiet_worker if quiet else ignore_stop_signals,
             ),
             restart=cfg.collector.restart_on_failure, max_restarts=cfg.collector.max_restarts,
             should_stop=lambda: stopper.requested is not None,
+            weights_source=worker_policy(acting, device, collector_device)[1],
         )
         collection.callback(collector.shutdown)
 
