@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from dreamer.config import load_config, register_configs
 from dreamer.errors import UserError
-from dreamer.report.console import VERBOSE_ENV
+from dreamer.report.console import VERBOSE_ENV, quiet_logging
 from dreamer.run.stopping import under_requeueing_scheduler
 from dreamer.system import distributed
 
@@ -69,6 +69,8 @@ def main(dict_cfg: DictConfig) -> RunResult:
     # checkpoints and exits 0, and the scheduler requeues the run.
     requeue = under_requeueing_scheduler(os.environ)
     verbose = os.environ.get(VERBOSE_ENV) == "1"
+    if not verbose:
+        quiet_logging()  # Hydra has configured logging for the job by now
     distributed.export_scheduler_ranks(os.environ)  # a multi-task submitit job: one data-parallel run
     ranks = distributed.ranks_from_env(os.environ)  # torchrun's (or exported above), else one process
     with one_line_on_user_error():

@@ -9,6 +9,15 @@ from dreamer.report.console import VERBOSE_ENV, quiet_libraries, verbose_request
 
 
 def test_library_warnings_and_info_lines_are_filtered():
+    root, ours = logging.getLogger().level, logging.getLogger("dreamer").level
+    try:
+        _filtered()
+    finally:  # the pytest process's logging as it was
+        logging.getLogger().setLevel(root)
+        logging.getLogger("dreamer").setLevel(ours)
+
+
+def _filtered():
     environ = {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -20,6 +29,9 @@ def test_library_warnings_and_info_lines_are_filtered():
         warnings.warn_explicit("ours", UserWarning, "trainer.py", 1, module="dreamer.run.trainer")
     assert [str(w.message) for w in caught] == ["ours"]
     assert logging.getLogger("torchrl").getEffectiveLevel() >= logging.WARNING
+    # Any other library's logger, also one created later (PyOpenGL's INFO line), reports warnings only.
+    assert not logging.getLogger("OpenGL.acceleratesupport").isEnabledFor(logging.INFO)
+    assert logging.getLogger("dreamer.run").isEnabledFor(logging.INFO)
     # Spawned workers inherit the filters before they import the libraries.
     assert "FutureWarning" in environ["PYTHONWARNINGS"] and environ["RL_LOGGING_LEVEL"] == "WARNING"
 

@@ -37,12 +37,22 @@ def quiet_libraries(environ: MutableMapping[str, str] | None = None) -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", module=_MODULES)
-    for name in LIBRARIES:
-        logging.getLogger(name).setLevel(logging.WARNING if name != "absl" else logging.ERROR)
+    quiet_logging()
     if environ is not None:
         environ.setdefault("PYTHONWARNINGS", _PYTHONWARNINGS)
         # torchrl sets its logger's level from this when it is imported (later, and in workers).
         environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
+
+
+def quiet_logging() -> None:
+    """INFO lines are ours (and Hydra's, for multiruns); every other logger, named or
+    not yet created (PyOpenGL's, matplotlib's, ...), reports warnings and errors only.
+    Hydra configures logging when the job starts: call again after that."""
+    logging.getLogger().setLevel(logging.WARNING)
+    for name in LIBRARIES:
+        logging.getLogger(name).setLevel(logging.WARNING if name != "absl" else logging.ERROR)
+    for ours in ("dreamer", "hydra"):
+        logging.getLogger(ours).setLevel(logging.INFO)
 
 
 def quiet_worker() -> None:
