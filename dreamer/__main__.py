@@ -13,6 +13,7 @@ import hydra
 from omegaconf import DictConfig
 
 from dreamer.config import load_config, register_configs
+from dreamer.config.location import conf_dir
 from dreamer.errors import UserError
 from dreamer.report.console import VERBOSE_ENV, quiet_logging
 from dreamer.run.stopping import under_requeueing_scheduler
@@ -56,7 +57,7 @@ def overridden_keys(dict_cfg: DictConfig) -> set[str]:
     return named | set(differing_keys(baseline, current))
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
 def main(dict_cfg: DictConfig) -> RunResult:
     import torch.multiprocessing as mp
     from hydra.core.hydra_config import HydraConfig

@@ -11,9 +11,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from dreamer.config.location import conf_dir
 from dreamer.errors import UserError
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = conf_dir()
 
 
 def _first_line(err: BaseException) -> str:
