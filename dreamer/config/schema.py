@@ -10,6 +10,7 @@ composed config into them (:mod:`dreamer.config.load`) and checks every value
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
@@ -45,7 +46,7 @@ class EnvConfig:
 
 
 @dataclass(kw_only=True)
-class AlgoConfig:
+class AlgoConfig(abc.ABC):
     """What both Dreamer versions read; each version's class below sets its own
     defaults (``algo.name`` picks the class: :data:`ALGO_CONFIGS`)."""
 
@@ -65,9 +66,9 @@ class AlgoConfig:
     reward_scale: float = 1.0
 
     @property
+    @abc.abstractmethod
     def latent_state_dim(self) -> int:
         """Size of the stochastic latent the envs, collectors and models carry."""
-        raise NotImplementedError
 
 
 @dataclass(kw_only=True)
