@@ -19,6 +19,12 @@ from dreamer.system.compile import compile_kwargs
 from torchrl_ext import LivenessCheckedSharedMemWeightSyncScheme, module_to
 
 
+def workers_hold_a_copy(learner_device: torch.device, collector_device: torch.device) -> bool:
+    """Workers act with a copy of the policy on their own device (weights pushed from
+    the learner's) unless they share the learner's device."""
+    return learner_device != collector_device
+
+
 def worker_policy(
     policy: TensorDictModuleBase, learner_device: torch.device, collector_device: torch.device,
 ) -> tuple[TensorDictModuleBase, TensorDictModuleBase | None]:
@@ -30,7 +36,7 @@ def worker_policy(
     specs included (``torchrl_ext.module_to``), so no GPU tensor reaches a CPU
     worker, and each weight push sends ``policy``'s current weights.
     """
-    if learner_device == collector_device:
+    if not workers_hold_a_copy(learner_device, collector_device):
         return policy, None
     return module_to(copy.deepcopy(policy), collector_device), policy
 

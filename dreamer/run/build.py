@@ -14,7 +14,7 @@ import torch
 
 from dreamer.algos.registry import algorithm
 from dreamer.config import Config, to_dict
-from dreamer.data.collectors import make_collector, worker_policy
+from dreamer.data.collectors import make_collector, worker_policy, workers_hold_a_copy
 from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buffer
 from dreamer.data.supervisor import SupervisedCollector
 from dreamer.envs.factory import close_env, make_env
@@ -123,7 +123,7 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
             ),
             restart=cfg.collector.restart_on_failure, max_restarts=cfg.collector.max_restarts,
             should_stop=lambda: stopper.requested is not None,
-            weights_source=worker_policy(acting, device, collector_device)[1],
+            weights_source=acting if workers_hold_a_copy(device, collector_device) else None,
         )
         collection.callback(collector.shutdown)
 
