@@ -9,6 +9,7 @@ from torchrl_ext.imagination import FixedBoundsTanhNormal, NonTerminatingDreamer
 from torchrl_ext.obs_decoder import MatmulObsDecoder
 from torchrl_ext.replay import PinnedLazyTensorStorage, PlainWriteReplayBuffer, SliceCursorWriter
 from torchrl_ext.rssm import CacheableRSSMPrior, SelectiveRSSMRollout
+from torchrl_ext.tensordict_fast_path import install_from_any_fast_path
 from torchrl_ext.weight_sync import LivenessCheckedSharedMemWeightSyncScheme, ReceiverDied
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "SelectiveRSSMRollout",
     "SliceCursorWriter",
     "SyncFreeDreamerV3ValueLoss",
+    "install_from_any_fast_path",
     "module_to",
     "replay_lambda_returns",
 ]

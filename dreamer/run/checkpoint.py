@@ -134,7 +134,7 @@ def save_checkpoint(run_dir: Path, state: dict, updates: int, keep: int) -> Path
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, final)
-    except (OSError, RuntimeError) as err:
+    except (OSError, RuntimeError):
         if recorder is not None and recorder.error is not None:
             err = recorder.error
         if not isinstance(err, OSError):
