@@ -11,11 +11,12 @@ from helpers_unit import close_env, single_thread, tiny_config  # noqa: F401  (s
 from torchrl.trainers.algorithms import DreamerV3Optimizer
 
 from dreamer.algos.learner import PHASES, PhaseOut
-from dreamer.algos.nonfinite import SkipInKernel, UndoOnDevice
+from dreamer.algos.nonfinite import SkipInStep
 from dreamer.algos.registry import ALGORITHMS
 from dreamer.config import validate
 from dreamer.data.replay import stored_keys
 from dreamer.envs.factory import make_env
+from torchrl_ext.optim import SkippableDreamerV3Optimizer
 
 CPU = torch.device("cpu")
 
@@ -52,16 +53,11 @@ def setup(request):
 
 
 def _weights_and_optimizers(learner) -> bytes:
-    """Every weight and every optimiser's per-parameter state, as a checkpoint writes them.
-
-    Not the param groups: DreamerV3Optimizer counts its steps in a host int
-    there (``group["step"]``: lr warm-up and bias correction), which a step
-    undone on the device cannot take back without a host sync; it advances.
-    """
+    """Every weight and every optimiser's state (moments and step counts, which
+    drive lr warm-up and bias correction), as a checkpoint writes them."""
     state = learner.state_dict()
     buffer = io.BytesIO()
-    optimizers = {k: o["state"] for k, o in state["optimizers"].items()}
-    torch.save({"modules": state["modules"], "optimizers": optimizers}, buffer)
+    torch.save({"modules": state["modules"], "optimizers": state["optimizers"]}, buffer)
     return buffer.getvalue()
 
 
@@ -98,8 +94,8 @@ def _nan_step(policy, optimizer, param, found_inf: float):
 
 
 @pytest.mark.parametrize("policy, make_optimizer", [
-    (SkipInKernel(), lambda p: torch.optim.Adam([p], lr=0.1, fused=True)),
-    (UndoOnDevice(), lambda p: DreamerV3Optimizer([p], lr=0.1, agc=0.3, eps=1e-20, warmup_steps=0)),
+    (SkipInStep(), lambda p: torch.optim.Adam([p], lr=0.1, fused=True)),
+    (SkipInStep(), lambda p: SkippableDreamerV3Optimizer([p], lr=0.1, agc=0.3, eps=1e-20, warmup_steps=0)),
 ], ids=["v1_fused_adam", "v3_laprop_agc"])
 def test_each_policy_skips_a_flagged_step_and_takes_a_clean_one(policy, make_optimizer):
     param = torch.nn.Parameter(torch.ones(3))
@@ -116,7 +112,12 @@ def test_each_policy_skips_a_flagged_step_and_takes_a_clean_one(policy, make_opt
         [v for v in optimizer.state[param].values() if torch.is_tensor(v)], state))
 
 
-def test_skip_in_kernel_refuses_an_optimiser_that_would_ignore_found_inf():
+@pytest.mark.parametrize("make_optimizer", [
+    lambda p: torch.optim.Adam([p], lr=0.1, foreach=True),
+    lambda p: DreamerV3Optimizer([p], lr=0.1),  # upstream's: no found_inf input
+], ids=["foreach_adam", "upstream_laprop"])
+def test_skip_in_step_refuses_an_optimiser_that_would_ignore_found_inf(make_optimizer):
     param = torch.nn.Parameter(torch.ones(3))
-    with pytest.raises(TypeError, match="fused"):
-        _nan_step(SkipInKernel(), torch.optim.Adam([param], lr=0.1, foreach=True), param, found_inf=1.0)
+    with pytest.raises(TypeError, match="found_inf"):
+        _nan_step(SkipInStep(), make_optimizer(param), param, found_inf=1.0)
+

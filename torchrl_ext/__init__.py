@@ -7,6 +7,7 @@ from torchrl_ext.device import module_to
 from torchrl_ext.dreamer_v3 import SyncFreeDreamerV3ValueLoss, replay_lambda_returns
 from torchrl_ext.imagination import FixedBoundsTanhNormal, NonTerminatingDreamerEnv
 from torchrl_ext.obs_decoder import MatmulObsDecoder
+from torchrl_ext.optim import SkippableDreamerV3Optimizer
 from torchrl_ext.replay import PinnedLazyTensorStorage, PlainWriteReplayBuffer, SliceCursorWriter
 from torchrl_ext.rssm import CacheableRSSMPrior, SelectiveRSSMRollout
 from torchrl_ext.tensordict_fast_path import install_from_any_fast_path
@@ -22,6 +23,7 @@ __all__ = [
     "PlainWriteReplayBuffer",
     "ReceiverDied",
     "SelectiveRSSMRollout",
+    "SkippableDreamerV3Optimizer",
     "SliceCursorWriter",
     "SyncFreeDreamerV3ValueLoss",
     "install_from_any_fast_path",

@@ -2,13 +2,11 @@
 
 A phase whose gradient norm is NaN/inf (NaN/inf loss -> NaN/inf gradients ->
 non-finite norm) must leave weights, moments and step counts exactly as they
-were, without the update waiting for the host. How depends on the optimiser,
-so each algorithm picks a :class:`NonFinitePolicy`:
-
-- :class:`SkipInKernel` (V1, fused Adam): the kernel takes a ``found_inf``
-  tensor and does nothing when it is 1, the way ``torch.amp.GradScaler`` skips;
-- :class:`UndoOnDevice` (V3, TorchRL's LaProp/AGC ``DreamerV3Optimizer``, which
-  has no ``found_inf`` input): the step is taken and then undone on the device.
+were, without the update waiting for the host. Both algorithms' optimisers read
+a ``found_inf`` device scalar in their step and do nothing when it is 1, the way
+``torch.amp.GradScaler`` skips: fused Adam (V1) in its kernel,
+:class:`torchrl_ext.optim.SkippableDreamerV3Optimizer` (V3's LaProp/AGC) with a
+device step count and masked moments. A finite step costs (almost) nothing extra.
 
 :class:`NonFiniteGuard` counts skipped updates on the device; the counts are
 read at the log-interval sync, where K consecutive skips stop the run
@@ -32,45 +30,24 @@ class NonFinitePolicy(abc.ABC):
         """Step ``optimizer`` (over ``params``) unless ``found_inf``; no host sync."""
 
 
-class SkipInKernel(NonFinitePolicy):
-    """Fused Adam reads ``found_inf`` in its kernel and skips the step, as GradScaler does."""
+def reads_found_inf(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer.step()`` honours ``optimizer.found_inf``: the fused Adam
+    kernels (CUDA and CPU) do, as does an optimiser that says so; a foreach or
+    for-loop Adam would ignore it and step on NaN gradients."""
+    return bool(optimizer.defaults.get("fused")) or getattr(optimizer, "reads_found_inf", False)
+
+
+class SkipInStep(NonFinitePolicy):
+    """The optimiser reads ``found_inf`` in its step and skips, as GradScaler has fused Adam do."""
 
     def step(self, optimizer, params, found_inf) -> None:
-        # Only the fused kernels (CUDA and CPU) read found_inf; a foreach or
-        # for-loop Adam would ignore it and step on NaN gradients.
-        if not optimizer.defaults.get("fused"):
-            raise TypeError(f"SkipInKernel needs a fused optimiser (fused=True), got {type(optimizer).__name__}")
-        optimizer.found_inf = found_inf  # read by the fused Adam kernel, as GradScaler does
+        if not reads_found_inf(optimizer):
+            raise TypeError(
+                f"SkipInStep needs an optimiser whose step reads found_inf (fused=True Adam, "
+                f"SkippableDreamerV3Optimizer), got {type(optimizer).__name__}"
+            )
+        optimizer.found_inf = found_inf
         optimizer.step()
-
-
-def _optimizer_tensors(params: list, opt: torch.optim.Optimizer) -> list[torch.Tensor]:
-    """Parameters and the optimiser's state tensors: what a step changes."""
-    state = [v for p in params for v in opt.state.get(p, {}).values() if isinstance(v, torch.Tensor)]
-    return list(params) + state
-
-
-def _undo_where(found_inf: torch.Tensor, tensors: list[torch.Tensor], before: list[torch.Tensor]) -> None:
-    """Put back ``before`` where ``found_inf`` is 1, on the device (no host sync)."""
-    skip = found_inf.bool()
-    with torch.no_grad():
-        for now, then in zip(tensors, before):
-            now.copy_(torch.where(skip, then, now))
-
-
-class UndoOnDevice(NonFinitePolicy):
-    """For optimisers with no ``found_inf`` input (TorchRL's LaProp/AGC): a
-    non-finite step is taken and then undone, so weights and moments end
-    exactly as they were."""
-
-    def step(self, optimizer, params, found_inf) -> None:
-        tensors = _optimizer_tensors(params, optimizer)
-        before = list(torch._foreach_mul(tensors, 1.0))  # copies, one kernel per group
-        optimizer.step()
-        after = _optimizer_tensors(params, optimizer)
-        # State the first step created had no "before": a skipped first step leaves it at zero.
-        created = after[len(before):]
-        _undo_where(found_inf, after[: len(before)] + created, before + [torch.zeros_like(t) for t in created])
 
 
 class NonFiniteGuard:

@@ -8,7 +8,7 @@ from tensordict import TensorDictBase
 from torchrl.objectives import DreamerActorLoss, DreamerModelLoss, DreamerValueLoss
 
 from dreamer.algos.learner import BaseLearner, PhaseOut, param_groups
-from dreamer.algos.nonfinite import SkipInKernel
+from dreamer.algos.nonfinite import SkipInStep
 from dreamer.algos.v1.models import DreamerV1Models
 from dreamer.config import CompileConfig, DreamerV1Config
 from dreamer.data.transforms import VectorAsImage
@@ -74,7 +74,7 @@ class DreamerV1Learner(BaseLearner):
             batch_size=batch_size, batch_length=batch_length, autocast_dtype=autocast_dtype,
             params=params,
             optimizers={name: _adam(p, lrs[name], a.adam_eps) for name, p in params.items()},
-            nonfinite_policy=SkipInKernel(),
+            nonfinite_policy=SkipInStep(),
             grad_clip=a.grad_clip,
             compilable={"actor": self.actor_loss, "value": self.value_loss},
         )

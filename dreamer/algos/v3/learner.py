@@ -1,5 +1,5 @@
-"""Dreamer V3 learner: TorchRL's V3 losses and LaProp/AGC optimiser, whose
-non-finite steps are undone on the device (the skeleton: dreamer/algos/learner.py)."""
+"""Dreamer V3 learner: TorchRL's V3 losses and LaProp/AGC optimiser (skipping
+non-finite steps on the device) (the skeleton: dreamer/algos/learner.py)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,14 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.objectives import DreamerV3ActorLoss, DreamerV3ModelLoss, ValueEstimators
 from torchrl.objectives.utils import SoftUpdate
-from torchrl.trainers.algorithms import DreamerV3Optimizer
 
 from dreamer.algos.learner import BaseLearner, PhaseOut, param_groups
-from dreamer.algos.nonfinite import UndoOnDevice
+from dreamer.algos.nonfinite import SkipInStep
 from dreamer.algos.v3.models import DreamerV3Models
 from dreamer.config import CompileConfig, DreamerV3Config
 from dreamer.envs.keys import PIXELS_KEY
 from dreamer.errors import UserError
-from torchrl_ext import SyncFreeDreamerV3ValueLoss
+from torchrl_ext import SkippableDreamerV3Optimizer, SyncFreeDreamerV3ValueLoss
 
 WORLD_MODEL_LOSSES = (
     "loss_model_dynamic", "loss_model_representation", "loss_model_reco",
@@ -95,13 +94,13 @@ class DreamerV3Learner(BaseLearner):
             batch_size=batch_size, batch_length=batch_length, autocast_dtype=autocast_dtype,
             params=params,
             optimizers={
-                name: DreamerV3Optimizer(
+                name: SkippableDreamerV3Optimizer(
                     p, lr=lrs[name], agc=a.agc, eps=a.adam_eps, warmup_steps=a.lr_warmup_steps
                 )
                 for name, p in params.items()
             },
-            # DreamerV3Optimizer has no found_inf input: a non-finite step is taken, then undone.
-            nonfinite_policy=UndoOnDevice(),
+            # The LaProp step reads found_inf and skips on the device.
+            nonfinite_policy=SkipInStep(),
             grad_clip=None,  # AGC clips inside the optimiser
             compilable={
                 "actor": self.actor_loss, "value": self.value_loss,
