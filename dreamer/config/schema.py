@@ -216,6 +216,12 @@ class CompileConfig:
     cudagraphs: bool = False
     # Eager-shaped calls run on the compiled losses before the first real update.
     warmup_iters: int = 2
+    # Compile in a spawned process while updates run eager, then switch to the
+    # compiled losses (dreamer/run/background_compile.py): no minutes-long wait
+    # before learning starts. false: compile and warm up before the first update
+    # (the switch update then never depends on timing). Runs with several ranks
+    # always compile first, so every rank switches at the same update.
+    background: bool = True
     # Inductor's on-disk cache (compiled kernels); null = torch's default
     # (/tmp/torchinductor_$USER). A persistent path makes every later start warm.
     cache_dir: Optional[str] = None

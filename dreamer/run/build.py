@@ -23,6 +23,7 @@ from dreamer.report.console import quiet_worker
 from dreamer.report.logger import RunLogger
 from dreamer.report.openloop import check_openloop_config, openloop_enabled
 from dreamer.run import resume
+from dreamer.run.background_compile import compiles_in_background
 from dreamer.run.cadence import Every, Ratio
 from dreamer.run.state import Cadence, Run
 from dreamer.run.stopping import Stopper, ignore_stop_signals
@@ -127,7 +128,8 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         )
         collection.callback(collector.shutdown)
 
-        learner.compile()
+        if not compiles_in_background(cfg, ranks):
+            learner.compile()  # else the trainer swaps compiled losses in when the child is done
         eval_env = make_env(cfg.env, cfg.algo, seed=cfg.seed + 10**6, record_pixels=cfg.eval.video)
         teardown.callback(close_env, eval_env)
         updates_per_step = cfg.train.train_ratio / (cfg.buffer.batch_size * cfg.buffer.batch_length)

@@ -15,6 +15,7 @@ from dreamer.data.supervisor import WorkerDied
 from dreamer.report.evaluation import EvalResult, evaluate
 from dreamer.report.openloop import openloop_video
 from dreamer.run import health
+from dreamer.run.background_compile import BackgroundCompile, compiles_in_background
 from dreamer.run.build import build_run
 from dreamer.run.result import RunResult
 from dreamer.run.state import Run
@@ -36,7 +37,9 @@ class Trainer:
 
     def __init__(self, run: Run):
         self.r = run
-        self.warm = False  # the learner is compiled and warmed up on real data
+        self.warm = False  # learning has started (the learner compiled and warmed, or compiling in the background)
+        self.background: BackgroundCompile | None = None  # compile.background: the child compiling
+        self.switched_at: int | None = None  # the update that first ran the background-compiled losses
         self.last_eval: EvalResult | None = None
         # Throughput counts from the end of the warm-up (set there), eval time excluded.
         self.steady_start: float | None = None
@@ -95,11 +98,18 @@ class Trainer:
     def _update(self) -> None:
         """One learner update, then whatever is due after it."""
         r, n, due = self.r, self.r.counters, self.r.cadence
+        if self.background is not None:
+            self._switch_when_compiled()
+        start = time.perf_counter()
         with r.trace_window.update(n.updates + 1):
             with record_function("## train/sample ##"):
                 sample = r.replay.sample()
             r.learner.update(sample)
         n.updates += 1
+        if "first_update_s" not in n.timers:
+            n.timers["first_update_s"] = time.perf_counter() - r.started  # process start -> first update
+        if self.switched_at == n.updates:
+            self._after_first_compiled_update(time.perf_counter() - start)
         if due.sync_weights(n.updates):
             r.collector.update_policy_weights_()
         if due.log_due(n.updates):
@@ -133,16 +143,49 @@ class Trainer:
         return len(self.r.replay) >= needed
 
     def _warm_up(self) -> None:
-        """Compile and warm the learner on real data before the first update."""
+        """Compile and warm the learner on real data before the first update, or
+        start compiling in the background (compile.background) and learn eager meanwhile."""
         r, n = self.r, self.r.counters
-        seconds = r.learner.warmup(r.replay.sample())
-        n.timers["compile_warmup_s"] = seconds
-        log.info("compile warm-up: %.1f s", seconds)
-        if r.cfg.compile.enabled and r.ranks.is_main:  # one writer per run dir
-            compile_cache.save_artifact(r.run_dir)  # portable: compile.cache_artifact=<this file>
+        if compiles_in_background(r.cfg, r.ranks):
+            self.background = BackgroundCompile(
+                r.cfg, r.device, r.learner.autocast_dtype, r.replay.sample(), r.run_dir,
+            )
+            r.teardown.callback(self.background.cancel)  # a run that ends first stops it
+        else:
+            seconds = r.learner.warmup(r.replay.sample())
+            n.timers["compile_warmup_s"] = seconds
+            log.info("compile warm-up: %.1f s", seconds)
+            if r.cfg.compile.enabled and r.ranks.is_main:  # one writer per run dir
+                compile_cache.save_artifact(r.run_dir)  # portable: compile.cache_artifact=<this file>
         self.warm = True
         self.steady_start, self.updates0, self.frames0 = time.perf_counter(), n.updates, n.frames
         n.timers["eval_s"] = 0.0
+
+    def _switch_when_compiled(self) -> None:
+        """Once the background compile is done, the next update runs the compiled losses."""
+        result = self.background.poll()
+        if result is None:
+            return
+        self.background = None
+        if "error" in result:
+            log.warning("background compile failed, the losses stay eager: %s", result["error"])
+            return
+        n = self.r.counters
+        n.timers["compile_warmup_s"] = result["seconds"]
+        n.timers["compile_background_s"] = result["wall_s"]
+        self.r.learner.compile()
+        self.switched_at = n.updates + 1
+        log.info("background compile done in %.1f s: compiled losses from update %d on",
+                 result["wall_s"], self.switched_at)
+
+    def _after_first_compiled_update(self, seconds: float) -> None:
+        """The first compiled update traced again and read the compile caches."""
+        r, n = self.r, self.r.counters
+        n.timers["compile_switch_s"] = seconds
+        n.timers["compiled_from_update"] = self.switched_at
+        log.info("first compiled update: %.1f s (dynamo tracing, compile caches warm)", seconds)
+        if r.ranks.is_main:
+            compile_cache.save_artifact(r.run_dir)
 
     def _evaluate(self) -> None:
         r, n, c = self.r, self.r.counters, self.r.cfg

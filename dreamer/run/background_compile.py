@@ -1,0 +1,113 @@
+"""Compile the learner's losses in another process while updates run eager.
+
+A cold ``torch.compile`` of the actor and value losses takes minutes on a small
+CPU (a V3 imagination unrolls 15 steps into one graph). Blocking on it delays the
+first update by as long. With ``compile.background=true`` the trainer instead
+starts learning with the eager losses at once, and a spawned child process
+builds the same learner from the same config, compiles and warms it on a real
+replay batch. Everything it compiles lands in inductor's on-disk caches (FX
+graphs, AOTAutograd: ``TORCHINDUCTOR_CACHE_DIR``, inherited); when the child
+exits, the trainer swaps in the compiled losses and the next update compiles
+warm: dynamo traces again, code generation and the C++ compiler are cache hits.
+
+No state crosses back: the child's weights are its own throwaway copy, so its
+warm-up cannot touch the run's weights, optimiser moments, return statistics
+or RNG streams. The update at which compiled code takes over depends on timing;
+``compile.background=false`` compiles before the first update instead (the
+same update sequence every time, as exact-repeat comparisons need).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing as mp
+import os
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from dreamer.config import Config
+from dreamer.system.distributed import Ranks
+
+log = logging.getLogger("dreamer")
+
+RESULT_NAME = ".background_compile.json"
+
+
+def _compile_child(cfg, device: str, autocast_dtype, batch, result_path: str, threads: int) -> None:
+    """Runs in the child: the run's learner, rebuilt from ``cfg``, compiled and warmed on ``batch``."""
+    from dreamer.report.console import VERBOSE_ENV, quiet_worker
+    from dreamer.run.stopping import ignore_stop_signals
+
+    ignore_stop_signals()  # the trainer owns this process's lifetime (it terminates it)
+    if os.environ.get(VERBOSE_ENV) != "1":
+        quiet_worker()
+    result: dict = {}
+    try:
+        torch.set_num_threads(threads)
+        from dreamer.algos.registry import algorithm
+        from dreamer.envs.factory import close_env, make_env
+
+        build_models, learner_cls = algorithm(cfg.algo.name)
+        env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
+        try:
+            models = build_models(cfg.algo, cfg.env, env, torch.device(device))
+        finally:
+            close_env(env)
+        learner = learner_cls(
+            cfg.algo, cfg.compile, models, torch.device(device),
+            batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length, autocast_dtype=autocast_dtype,
+        )
+        learner.compile()
+        result["seconds"] = learner.warmup(batch.to(device))
+    except BaseException as err:  # reported to the parent, which keeps learning eager
+        result["error"] = "".join(traceback.format_exception_only(type(err), err)).strip()
+    Path(result_path).write_text(json.dumps(result))
+
+
+def compiles_in_background(cfg: Config, ranks: Ranks) -> bool:
+    """compile.background on a single-process run (ranks compile first, together)."""
+    return cfg.compile.enabled and cfg.compile.background and not ranks.enabled
+
+
+class BackgroundCompile:
+    """A child process filling the compile caches; ``poll()`` says when it is done."""
+
+    def __init__(self, cfg, device: torch.device, autocast_dtype, batch, run_dir: Path, threads: int = 1):
+        self.result_path = Path(run_dir) / RESULT_NAME
+        self.result_path.unlink(missing_ok=True)
+        self.started = time.perf_counter()
+        # Spawned: a fresh interpreter with no dynamo state, as the collectors are.
+        self.process = mp.get_context("spawn").Process(
+            target=_compile_child, name="dreamer-compile",
+            args=(cfg, str(device), autocast_dtype, batch.cpu(), str(self.result_path), threads),
+            daemon=True,
+        )
+        self.process.start()
+        log.info("compiling the actor/value losses in the background (pid %d); updates run eager until then",
+                 self.process.pid)
+
+    def poll(self) -> dict | None:
+        """None while the child runs; then its result: ``seconds`` (its warm-up) or ``error``."""
+        if self.process.exitcode is None:
+            return None
+        try:
+            result = json.loads(self.result_path.read_text())
+        except (OSError, ValueError):
+            result = {"error": f"the compile process exited with code {self.process.exitcode} and no result"}
+        self.result_path.unlink(missing_ok=True)
+        result["wall_s"] = time.perf_counter() - self.started
+        return result
+
+    def cancel(self) -> None:
+        """Stop the child if it still runs (the run ended first)."""
+        if self.process.exitcode is None:
+            self.process.terminate()
+            self.process.join(timeout=10)
+            if self.process.exitcode is None:
+                self.process.kill()
+                self.process.join()
+        self.result_path.unlink(missing_ok=True)

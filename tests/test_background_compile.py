@@ -1,0 +1,68 @@
+"""compile.background: learning starts eager while a child process compiles, then
+switches to the compiled losses (dreamer/run/background_compile.py)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import psutil
+import torch
+from helpers_e2e import start, wait_for
+from helpers_unit import tiny_config
+from tensordict import TensorDict
+
+from dreamer.run.background_compile import BackgroundCompile, compiles_in_background
+from dreamer.system.distributed import Ranks
+
+# A small V3 run whose compiled losses trace in seconds (dynamo only: backend=eager).
+RUN = ("experiment=pendulum", "compile.enabled=true", "compile.backend=eager", "algo.imagination_horizon=3",
+       "threads=1", "eval.every=100000", "eval.episodes=1", "logger.progress_bar=false", "train.max_minutes=5")
+
+
+def test_learning_starts_at_once_and_the_compiled_losses_take_over_when_the_child_is_done(tmp_path):
+    run = start(*RUN, f"hydra.run.dir={tmp_path}")
+    log = tmp_path / "dreamer.log"
+    try:
+        wait_for(lambda: log.is_file() and "first compiled update" in log.read_text(), 300,
+                 "the first compiled update")
+        children = [p for p in psutil.Process(run.pid).children() if p.name().startswith("python")]
+        run.send_signal(signal.SIGINT)
+        run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0
+    timers = json.loads((tmp_path / "summary.json").read_text())
+    # Updates ran while the child compiled; the switch came at a later update.
+    assert timers["first_update_s"] < timers["compile_background_s"]
+    assert timers["compiled_from_update"] > 1 and timers["compile_warmup_s"] > 0
+    assert timers["compile_switch_s"] > 0 and timers["updates"] >= timers["compiled_from_update"]
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in children)
+
+
+def test_a_failed_background_compile_reports_its_error_and_a_running_one_can_be_cancelled(tmp_path):
+    cfg = tiny_config(algo="dreamer_v3")
+    cfg.env.name = "NoSuchEnv-v0"
+    failing = BackgroundCompile(cfg, torch.device("cpu"), None, TensorDict({}, batch_size=[]), tmp_path)
+    wait_for(lambda: failing.process.exitcode is not None, 120, "the child to fail")
+    result = failing.poll()
+    assert "NoSuchEnv-v0" in result["error"]
+
+    cfg.env.name = "Pendulum-v1"
+    running = BackgroundCompile(cfg, torch.device("cpu"), None, TensorDict({}, batch_size=[]), tmp_path)
+    time.sleep(0.5)
+    running.cancel()
+    assert running.process.exitcode is not None and running.poll() is not None
+
+
+def test_only_single_process_compiled_runs_compile_in_the_background():
+    cfg = tiny_config()
+    cfg.compile.enabled = True
+    assert compiles_in_background(cfg, Ranks())
+    assert not compiles_in_background(cfg, Ranks(rank=0, world_size=2, local_rank=0))
+    cfg.compile.background = False
+    assert not compiles_in_background(cfg, Ranks())
+    cfg.compile.enabled, cfg.compile.background = False, True
+    assert not compiles_in_background(cfg, Ranks())
