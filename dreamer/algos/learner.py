@@ -3,9 +3,10 @@
 ``prepare(batch)`` turns sampled uint8 steps into the world model's (B, T)
 input; ``compile()`` / ``warmup(batch)`` compile and exercise the actor and
 value losses; ``update(batch)`` runs three phases, world model -> actor ->
-value, each one's loss under its profiling range and the update's autocast,
-each followed by ``_step`` (backward, gradient sync, grad norm / clip,
-non-finite flag, optimiser step). The update never talks to the host: losses
+value, each one's loss under its profiling range and the update's autocast;
+``_step`` (backward, gradient sync, grad norm / clip, non-finite flag,
+optimiser step) after the world model's, and once for the actor's and value's
+together (one backward: they share no parameters). The update never talks to the host: losses
 and gradient norms are stacked into one device tensor and summed in
 :class:`MetricsAccumulator`; ``flush_metrics()`` does the single host transfer,
 once per log interval. ``state_dict()`` / ``load_state_dict()`` hold weights
@@ -223,36 +224,44 @@ class BaseLearner(abc.ABC):
         with record_function("## train/world_model ##"):
             with self._autocast():
                 world_model = self._world_model_phase(batch)
-        wm_grad, wm_inf = self._step("world_model", world_model.loss)
+            # Stepped before the imagination, which runs on the updated world model.
+            ((wm_grad, wm_inf),) = self._step({"world_model": world_model.loss})
         with record_function("## train/actor ##"):
             with self._autocast():
                 actor = self._actor_phase(world_model.out)
-            actor_grad, actor_inf = self._step("actor", actor.loss)
         with record_function("## train/value ##"):
             with self._autocast():
                 value = self._value_phase(batch, world_model.out, actor.out)
-            value_grad, value_inf = self._step("value", value.loss)
+            # One backward for both: they share no parameter (each holds the other's
+            # network out) and the value loss reads the rollout detached, so each
+            # gets exactly the gradients a backward of its own would give.
+            (actor_grad, actor_inf), (value_grad, value_inf) = self._step({"actor": actor.loss, "value": value.loss})
             self._after_value_step()
         self.metrics.add(
             torch.stack([*world_model.metrics, *actor.metrics, *value.metrics, wm_grad, actor_grad, value_grad])
         )
         self.nonfinite.observe(torch.stack([wm_inf, actor_inf, value_inf]))
 
-    def _step(self, name: str, loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Backward, gradient sync, grad norm (and clip), step; a non-finite gradient
-        norm skips the step on the device, the way ``nonfinite_policy`` does it.
-        Returns (grad norm, found_inf 0./1.). One range name for all three phases,
-        so a trace sums the optimisation work."""
+    def _step(self, losses: dict[str, torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """One backward over ``losses`` (phase name -> loss), then per phase: gradient
+        sync, grad norm (and clip), step; a non-finite gradient norm skips that phase's
+        step on the device, the way ``nonfinite_policy`` does it. Returns (grad norm,
+        found_inf 0./1.) per phase, in order. One range name for every phase, so a
+        trace sums the optimisation work."""
         with record_function("## train/optim ##"):
-            opt, params = self.optimizers[name], self.params[name]
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if self.grad_sync is not None:
-                self.grad_sync(params)
-            grad_norm = self._grad_norm(params)
-            found_inf = (~torch.isfinite(grad_norm)).float()
-            self.nonfinite_policy.step(opt, params, found_inf)
-        return grad_norm, found_inf
+            for name in losses:
+                self.optimizers[name].zero_grad(set_to_none=True)
+            torch.autograd.backward(list(losses.values()))
+            stepped = []
+            for name in losses:
+                opt, params = self.optimizers[name], self.params[name]
+                if self.grad_sync is not None:
+                    self.grad_sync(params)
+                grad_norm = self._grad_norm(params)
+                found_inf = (~torch.isfinite(grad_norm)).float()
+                self.nonfinite_policy.step(opt, params, found_inf)
+                stepped.append((grad_norm, found_inf))
+        return stepped
 
     def _grad_norm(self, params: list[nn.Parameter]) -> torch.Tensor:
         if self.grad_clip is None:

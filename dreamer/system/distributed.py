@@ -4,8 +4,8 @@ across ranks before every optimiser step, so the weights stay identical.
 Rank 0 alone logs, evaluates and checkpoints.
 
 Why an explicit gradient all-reduce rather than DDP-wrapped modules: the
-learner makes three backward passes per update (world model, actor, value)
-with three optimisers, and the world model's modules run inside TorchRL's
+learner makes two backward passes per update (the world model's, then the
+actor's and value's together) with three optimisers, and the world model's modules run inside TorchRL's
 DreamerModelLoss and again inside DreamerActorLoss's imagination rollout.
 DDP's reducer expects one forward and one backward per wrapped module and
 iteration; here a module takes part in several backward passes whose
