@@ -1,9 +1,12 @@
 """scripts/learning_check.py and train.max_minutes: a preset trained for a
 wall-clock budget finishes by time with a final evaluation, and the check
-passes or fails on the eval return inside that budget."""
+passes or fails on the eval return inside that budget; a suite (--suite ci:
+the cpu suite's tasks at toy sizes) runs every task, judges, tables and plots
+them, and re-judges finished runs with --check."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -49,3 +52,95 @@ def test_a_run_stops_at_its_time_budget_and_the_check_judges_its_evals(tmp_path)
                   "--out", str(tmp_path / "again"))
     assert again.returncode == 1, again.stdout + again.stderr
     assert "0/1 passed" in again.stdout and "NO" in again.stdout
+
+
+# -- the suite ---------------------------------------------------------------------------
+
+
+def _script_module():
+    spec = importlib.util.spec_from_file_location("learning_check_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_ci_suite_runs_every_cpu_task_and_check_judges_them_against_the_cpu_bars(tmp_path, capsys):
+    """Every task of the cpu suite (each preset on each env, V3 on discrete CartPole
+    included) builds, collects, updates and evaluates at toy sizes; the same runs
+    judged against the cpu suite's bars fail, and bad input is one line, exit 2."""
+    script = _script_module()
+    cpu = {t.name: t for t in script.CPU.tasks}
+    out = tmp_path / "ci"
+    result = check("--suite", "ci", "--out", str(out))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    report = json.loads((out / "learning_suite.json").read_text())
+    assert report["ok"] and report["machine"]["cpu"]
+    assert [t["task"]["name"] for t in report["tasks"]] == list(cpu)
+    table = (out / "learning_suite.md").read_text()
+    for task in report["tasks"]:
+        name, (seed,) = task["task"]["name"], task["seeds"]
+        assert task["task"]["experiment"] == cpu[name].experiment and task["task"]["env"] == list(cpu[name].env)
+        # Ended by its tiny frame budget after learning, not by a crash or the clock.
+        assert seed["finished_by"] == "total_frames" and seed["updates"] > 0 and seed["evaluations"] >= 2, name
+        assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"| {name} | {cpu[name].experiment} |" in table
+
+    # The same runs against the real bars: CartPole at 16-step episodes cannot
+    # reach 400, and seeds the cpu suite wants but ci never ran count as misses.
+    capsys.readouterr()
+    assert script.main(["--suite", "cpu", "--check", str(out), "--out", str(tmp_path / "as_cpu")]) == 1
+    as_cpu = json.loads((tmp_path / "as_cpu" / "learning_suite.json").read_text())
+    judged = {t["task"]["name"]: t for t in as_cpu["tasks"]}
+    assert not judged["cartpole_v3"]["ok"] and judged["cartpole_v3"]["seeds"][0]["passed"] is False
+    assert [s["error"] for s in judged["pendulum_v3"]["seeds"]] == [None, "not run", "not run"]
+    assert judged["dmc_cartpole_swingup_pixels_v3"]["ok"]  # no bar: reported, never failed
+    assert "NO (not run)" in capsys.readouterr().out
+
+    # Running the suite again continues it: finished seeds are judged, none retrained.
+    assert script.main(["--suite", "ci", "--out", str(out)]) == 0
+    again = capsys.readouterr().out
+    assert again.count("finished before") == len(cpu) and "-m dreamer" not in again
+
+    assert script.main(["--suite", "nope"]) == 2
+    assert capsys.readouterr().err == "error: unknown suite 'nope'; choose one of: cpu, ci\n"
+    (tmp_path / "bad" / "pendulum_v3" / "seed_0").mkdir(parents=True)  # a run that never wrote metrics
+    assert script.main(["--suite", "ci", "--check", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert "no metrics.jsonl" in err and err.count("\n") == 1
+
+
+def test_random_levels_are_measured_through_the_tasks_own_env(capsys):
+    script = _script_module()
+    assert script.main(["--suite", "cpu", "--tasks", "cartpole_v3", "--random-levels", "3"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("cartpole_v3"))
+    mean = float(row.split()[1])
+    assert 8 <= mean <= 200  # random CartPole episodes last tens of steps (+1 per step)
+
+
+def test_the_cpu_suite_changes_only_the_env_between_the_tasks_of_one_preset():
+    """One preset per algorithm, fixed across tasks (issue 18): composed as the
+    runs compose them, two tasks of one preset differ in env.* alone."""
+    import hydra
+    from hydra.core.global_hydra import GlobalHydra
+
+    from dreamer.config import load_config, register_configs, to_dict
+
+    script = _script_module()
+    register_configs()
+    GlobalHydra.instance().clear()
+    by_preset: dict[str, list[dict]] = {}
+    with hydra.initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        for task in script.CPU.tasks:
+            composed = hydra.compose("config", overrides=[f"experiment={task.experiment}", *task.env,
+                                                          *script.CPU.overrides])
+            by_preset.setdefault(task.experiment, []).append(to_dict(load_config(composed)))
+    GlobalHydra.instance().clear()
+    assert {name: cfg["algo"]["name"] for name, (cfg, *_) in by_preset.items()} == {
+        "small": "dreamer_v3", "small_v1": "dreamer_v1"}
+    assert len(by_preset["small"]) == 6
+    for configs in by_preset.values():
+        without_env = [{k: v for k, v in cfg.items() if k != "env"} for cfg in configs]
+        assert all(c == without_env[0] for c in without_env)
+    envs = [(c["env"]["backend"], c["env"]["name"], c["env"]["from_pixels"]) for c in by_preset["small"]]
+    assert len(set(envs)) == len(envs)  # six different tasks
