@@ -7,7 +7,6 @@ import contextlib
 import functools
 import json
 import logging
-import time
 from pathlib import Path
 
 import torch
@@ -32,6 +31,7 @@ from dreamer.system.cpus import cpu_budget, split_cores
 from dreamer.system.device import configure_cuda_math, resolve_autocast, resolve_device
 from dreamer.system.memory import retain_freed_host_memory
 from dreamer.system.profiling import TraceWindow
+from dreamer.system.timing import process_start
 
 log = logging.getLogger("dreamer")
 
@@ -46,7 +46,7 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
     down again if a later step fails (live workers would keep the process
     from exiting: it joins them at exit).
     """
-    started = time.perf_counter()
+    started = process_start()  # wall_s, first_update_s and train.max_minutes count from here
     stopper = Stopper(requeue=requeue).install()  # SIGTERM/SIGINT/SIGUSR1/2 -> finish cleanly
     with contextlib.ExitStack() as teardown:
         teardown.callback(stopper.uninstall)  # runs last
