@@ -5,24 +5,37 @@ Nothing here imports ``dreamer``.
 
 from torchrl_ext.device import module_to
 from torchrl_ext.dreamer_v3 import SyncFreeDreamerV3ValueLoss, replay_lambda_returns
+from torchrl_ext.host_memory import page_locked_like
 from torchrl_ext.imagination import FixedBoundsTanhNormal, NonTerminatingDreamerEnv
 from torchrl_ext.obs_decoder import MatmulObsDecoder
-from torchrl_ext.replay import PinnedLazyTensorStorage, PlainWriteReplayBuffer, SliceCursorWriter
+from torchrl_ext.replay import (
+    PinnedLazyTensorStorage,
+    PlainWriteReplayBuffer,
+    SliceCursorWriter,
+    StagedDeviceReplayBuffer,
+)
 from torchrl_ext.rssm import CacheableRSSMPrior, SelectiveRSSMRollout
-from torchrl_ext.weight_sync import LivenessCheckedSharedMemWeightSyncScheme, ReceiverDied
+from torchrl_ext.weight_sync import (
+    LivenessCheckedSharedMemWeightSyncScheme,
+    NonBlockingSharedMemWeightSyncScheme,
+    ReceiverDied,
+)
 
 __all__ = [
     "CacheableRSSMPrior",
     "FixedBoundsTanhNormal",
     "LivenessCheckedSharedMemWeightSyncScheme",
     "MatmulObsDecoder",
+    "NonBlockingSharedMemWeightSyncScheme",
     "NonTerminatingDreamerEnv",
     "PinnedLazyTensorStorage",
     "PlainWriteReplayBuffer",
     "ReceiverDied",
     "SelectiveRSSMRollout",
     "SliceCursorWriter",
+    "StagedDeviceReplayBuffer",
     "SyncFreeDreamerV3ValueLoss",
     "module_to",
+    "page_locked_like",
     "replay_lambda_returns",
 ]

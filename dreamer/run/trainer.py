@@ -101,7 +101,9 @@ class Trainer:
             r.learner.update(sample)
         n.updates += 1
         if due.sync_weights(n.updates):
-            r.collector.update_policy_weights_()
+            r.collector.update_policy_weights_()  # staged; published when ready, without waiting
+        else:
+            r.collector.publish_pending_weights()
         if due.log_due(n.updates):
             self._log()
         if due.eval_due(n.updates):
