@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import copy
 import os
+import queue
+import time
 
 import pytest
 import torch
+from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
 from dreamer.algos.v1.learner import DreamerV1Learner
 from dreamer.algos.v1.models import build_models
 from dreamer.config import Config
-from dreamer.data.collectors import make_collector, worker_policy
+from dreamer.data.collectors import make_collector, publish_pending_weights, worker_policy
 from dreamer.data.replay import make_replay_buffer, write
 from dreamer.envs.factory import make_env
 
@@ -118,18 +122,34 @@ def test_workers_act_with_the_weights_the_learner_pushes(workers_hold_a_copy):
         cfg.collector, cfg.env, cfg.algo, cfg.compile, sent, seed=cfg.seed,
         workers=cfg.collector.num_workers, random_frames=0, learner_threads=1,
     )
+
+    def push():
+        if source is None:
+            collector.update_policy_weights_()
+        else:
+            collector.update_policy_weights_(source)
+
     try:
         batches = iter(collector)
         assert (next(batches)["probe_marker"] == 0).all()
         with torch.no_grad():
             probe.marker.fill_(7.0)  # what an optimiser step does to the learner's copy
-        if source is None:
-            collector.update_policy_weights_()
-        else:
-            collector.update_policy_weights_(source)
+        push()
         # A batch already in flight may predate the push; the next ones must not.
         next(batches)
         assert (next(batches)["probe_marker"] == 7.0).all()
+        # A second push right away: staged until the workers acknowledged the first,
+        # published by the loop's polls, never waited for.
+        with torch.no_grad():
+            probe.marker.fill_(9.0)
+        push()
+        deadline = time.monotonic() + 60
+        while collector.weight_push._staged is not None:
+            assert time.monotonic() < deadline, "the staged push was never published"
+            publish_pending_weights(collector)
+            time.sleep(0.01)
+        next(batches)
+        assert (next(batches)["probe_marker"] == 9.0).all()
     finally:
         collector.shutdown()
 
@@ -204,3 +224,131 @@ def test_what_workers_receive_holds_no_tensor_off_the_collector_device(algo, pix
     elsewhere = [path for path, device in _reachable_tensors(sent) if device.type != "meta"]
     assert not elsewhere, elsewhere[:5]
     assert {d.type for _, d in _reachable_tensors(learner_policy)} == {"cpu"}  # the learner's stays put
+
+
+# -- weight pushes never wait --------------------------------------------------------
+
+
+class _NeverBlockingQueue(queue.Queue):
+    """A worker's instruction or acknowledgement queue that fails a test if the learner waits on it."""
+
+    def get(self, block=True, timeout=None):
+        assert not block, "the learner waited for a worker"
+        return super().get(block=False)
+
+
+def _scheme_with_workers(shared: TensorDict, workers: int = 2, alive=lambda idx: True):
+    from torchrl_ext import NonBlockingSharedMemWeightSyncScheme
+
+    scheme = NonBlockingSharedMemWeightSyncScheme()
+    scheme.shared_transport._unique_weights = [shared]  # what the workers read
+    scheme._instruction_queues = {i: _NeverBlockingQueue() for i in range(workers)}
+    scheme._ack_queues = {i: _NeverBlockingQueue() for i in range(workers)}
+    scheme.is_alive = alive
+    return scheme
+
+
+def _instructions(scheme) -> list[int]:
+    return [q.qsize() for q in scheme._instruction_queues.values()]
+
+
+def test_a_weight_push_publishes_without_waiting_and_defers_while_workers_are_busy():
+    """The first push publishes at once; a push before every worker acknowledged the
+    previous one is staged, not waited for, and a later poll publishes the newest
+    weights once the acknowledgements are in."""
+    learner = nn.Linear(3, 2)
+    shared = TensorDict.from_module(copy.deepcopy(learner)).data.clone()
+    scheme = _scheme_with_workers(shared)
+
+    scheme.send(weights=learner)
+    assert (shared == TensorDict.from_module(learner).data).all() and _instructions(scheme) == [1, 1]
+    with torch.no_grad():
+        learner.weight.fill_(5.0)
+    scheme.send(weights=learner)  # the workers have not acknowledged the first push yet
+    assert (shared["weight"] != 5.0).all() and _instructions(scheme) == [1, 1]
+    scheme._ack_queues[0].put("updated")
+    assert not scheme.publish_ready()  # worker 1 still busy
+    with torch.no_grad():
+        learner.weight.fill_(7.0)  # weights staged from the host are read when published: the newest
+    scheme._ack_queues[1].put("updated")
+    assert scheme.publish_ready()
+    assert (shared["weight"] == 7.0).all() and _instructions(scheme) == [2, 2]
+    assert not scheme.publish_ready()  # nothing staged
+
+
+def test_a_worker_dead_before_acknowledging_is_reported_not_waited_for():
+    from torchrl_ext import ReceiverDied
+
+    learner = nn.Linear(3, 2)
+    alive = {0: True, 1: True}
+    scheme = _scheme_with_workers(TensorDict.from_module(copy.deepcopy(learner)).data.clone(), alive=alive.get)
+    scheme.send(weights=learner)
+    scheme.send(weights=learner)
+    alive[1] = False
+    with pytest.raises(ReceiverDied, match="worker 1 died"):
+        scheme.publish_ready()
+
+
+def test_a_gpu_learners_push_copies_on_its_stream_and_publishes_after_the_event(monkeypatch):
+    """GPU weights (CUDA stood in for): a non-blocking copy into page-locked staging on
+    the learner's stream, an event after it; nothing published, nothing waited for,
+    until the event has completed; then the staged copy is what the workers get."""
+    from helpers_unit import FakeCuda
+
+    from torchrl_ext import weight_sync
+
+    cuda = FakeCuda(monkeypatch)
+    pinned, copies = [], []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t, *a, **k: pinned.append(t.shape) or t.clone())
+    monkeypatch.setattr(weight_sync, "cuda_device_of", lambda weights: torch.device("cuda", 0))
+    update_ = TensorDict.update_
+
+    def spy_update_(td, source, *args, **kwargs):
+        copies.append(kwargs.get("non_blocking", False))
+        return update_(td, source, *args, **kwargs)
+
+    monkeypatch.setattr(TensorDict, "update_", spy_update_)
+    learner = nn.Linear(3, 2)
+    shared = TensorDict.from_module(copy.deepcopy(learner)).data.clone()
+    scheme = _scheme_with_workers(shared)
+    with torch.no_grad():
+        learner.weight.fill_(3.0)
+    scheme.send(weights=learner)
+    [(_, stream, event)] = cuda.events("record")
+    assert stream == "default" and copies == [True] and len(pinned) == 2  # weight and bias staged once
+    assert (shared["weight"] != 3.0).all() and _instructions(scheme) == [0, 0]
+    with torch.no_grad():
+        learner.weight.fill_(4.0)  # the next optimiser step: queued after the copy on the stream
+    assert not scheme.publish_ready() and cuda.events("synchronize") == []
+    event.done = True
+    assert scheme.publish_ready()
+    assert (shared["weight"] == 3.0).all() and _instructions(scheme) == [1, 1]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_gpu_learners_weight_push_never_syncs_and_delivers_the_weights_of_its_moment():
+    learner = nn.Linear(3, 2).cuda()
+    shared = TensorDict.from_module(copy.deepcopy(learner).cpu()).data.clone()
+    scheme = _scheme_with_workers(shared)
+    scheme.send(weights=learner)  # the first push allocates the page-locked staging
+    deadline = time.monotonic() + 30
+    while scheme._staged is not None:  # published once its copy is done
+        assert time.monotonic() < deadline
+        scheme.publish_ready()
+    for ack in scheme._ack_queues.values():  # the workers took it
+        ack.put("updated")
+    with torch.no_grad():
+        learner.weight.fill_(3.0)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        scheme.send(weights=learner)
+        with torch.no_grad():
+            learner.weight.fill_(4.0)  # the next optimiser step, queued after the copy
+        scheme.publish_ready()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    while scheme._staged is not None:
+        assert time.monotonic() < deadline
+        scheme.publish_ready()
+    assert (shared["weight"] == 3.0).all()

@@ -52,3 +52,67 @@ def test_retained_memory_is_reused_without_page_faults():
     retained = _refill_faults("retain")
     assert retained["retained"] is True
     assert max(retained["faults"][-3:]) < pages // 20
+
+
+# -- how much host memory the learner may still take --------------------------------
+
+GiB = 2**30
+
+
+def _v2_job(tmp_path, job_limit: str, step_limit: str = "max", current: int = 3 * GiB,
+            inactive_file: int = 1 * GiB):
+    """A SLURM-like cgroup v2 tree: the limit on the job, the process in its step."""
+    step = tmp_path / "slurm" / "job_7" / "step_0"
+    step.mkdir(parents=True)
+    (step.parent / "memory.max").write_text(f"{job_limit}\n")
+    for level in (step, step.parent):
+        (level / "memory.current").write_text(f"{current}\n")
+        (level / "memory.stat").write_text(f"anon 100\ninactive_file {inactive_file}\nactive_file 5\n")
+    (step / "memory.max").write_text(f"{step_limit}\n")
+    proc = tmp_path / "proc_cgroup"
+    proc.write_text("0::/slurm/job_7/step_0\n")
+    return tmp_path, proc
+
+
+def test_a_job_cgroup_limit_above_the_process_cgroup_counts(tmp_path):
+    from dreamer.system.memory import cgroup_memory_headroom
+
+    root, proc = _v2_job(tmp_path, job_limit=str(16 * GiB))
+    # 16 GiB limit, 3 GiB used of which 1 GiB is reclaimable page cache.
+    assert cgroup_memory_headroom(root, proc) == (14 * GiB, 16 * GiB)
+
+
+def test_the_tightest_cgroup_limit_wins_and_none_means_unlimited(tmp_path):
+    from dreamer.system.memory import cgroup_memory_headroom
+
+    root, proc = _v2_job(tmp_path / "a", job_limit=str(16 * GiB), step_limit=str(8 * GiB))
+    assert cgroup_memory_headroom(root, proc) == (6 * GiB, 8 * GiB)
+    root, proc = _v2_job(tmp_path / "b", job_limit="max")
+    assert cgroup_memory_headroom(root, proc) is None
+    assert cgroup_memory_headroom(tmp_path / "c", tmp_path / "missing") is None
+
+
+def test_cgroup_v1_memory_limit_is_read_from_the_memory_controller(tmp_path):
+    from dreamer.system.memory import cgroup_memory_headroom
+
+    job = tmp_path / "memory" / "slurm" / "job_7"
+    job.mkdir(parents=True)
+    (job / "memory.limit_in_bytes").write_text(f"{32 * GiB}\n")
+    (job / "memory.usage_in_bytes").write_text(f"{4 * GiB}\n")
+    (job / "memory.stat").write_text(f"cache 7\ntotal_inactive_file {2 * GiB}\n")
+    (tmp_path / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # the root: no limit
+    proc = tmp_path / "proc_cgroup"
+    proc.write_text("4:memory:/slurm/job_7\n3:cpu,cpuacct:/slurm/job_7\n0::/\n")
+    assert cgroup_memory_headroom(tmp_path, proc) == (30 * GiB, 32 * GiB)
+
+
+def test_available_host_memory_is_the_smaller_of_free_ram_and_the_cgroup_headroom(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from dreamer.system import memory
+
+    root, proc = _v2_job(tmp_path, job_limit=str(16 * GiB))
+    monkeypatch.setattr(memory.psutil, "virtual_memory", lambda: SimpleNamespace(available=200 * GiB))
+    assert memory.host_memory_available(root, proc) == (14 * GiB, "the cgroup memory limit of 16.0 GiB")
+    monkeypatch.setattr(memory.psutil, "virtual_memory", lambda: SimpleNamespace(available=10 * GiB))
+    assert memory.host_memory_available(root, proc) == (10 * GiB, "free RAM")

@@ -121,3 +121,44 @@ def test_skip_in_step_refuses_an_optimiser_that_would_ignore_found_inf(make_opti
     with pytest.raises(TypeError, match="found_inf"):
         _nan_step(SkipInStep(), make_optimizer(param), param, found_inf=1.0)
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA"))])
+@pytest.mark.parametrize("algo", list(ALGORITHMS))
+def test_a_nan_reward_skips_the_world_model_step_counts_it_and_leaves_its_weights(algo, device):
+    """A NaN reward in a sampled batch, on the learner's device: the world-model step
+    is skipped (its weights and optimiser state bit-identical), counted, and the
+    next clean batch steps again."""
+    cfg = _config(algo)
+    build, learner_cls = ALGORITHMS[algo]
+    device = torch.device(device)
+    env = make_env(cfg.env, cfg.algo, seed=0)
+    try:
+        torch.manual_seed(0)
+        acting = build(cfg.algo, cfg.env, env, CPU)
+        with torch.no_grad():
+            rollout = env.rollout(cfg.buffer.batch_size * cfg.buffer.batch_length, acting.policy(explore=True),
+                                  break_when_any_done=False)
+        models = build(cfg.algo, cfg.env, env, device)
+    finally:
+        close_env(env)
+    batch = rollout.select(*stored_keys(models.obs_key), strict=False).to(device)
+    learner = learner_cls(cfg.algo, cfg.compile, models, device,
+                          batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length)
+    learner.update(batch.clone())  # one good update: optimiser state exists
+    learner.flush_metrics()
+    optimizer = learner.optimizers["world_model"]
+
+    def world_model_state() -> list[torch.Tensor]:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        moments = [v for p in params for v in optimizer.state[p].values() if isinstance(v, torch.Tensor)]
+        return [t.detach().clone() for t in params + moments]
+
+    before = world_model_state()
+    poisoned = batch.clone()
+    poisoned["next", "reward"][0, 0] = float("nan")
+    for _ in range(2):
+        learner.update(poisoned.clone())
+    assert all(torch.equal(a, b) for a, b in zip(world_model_state(), before))
+    assert learner.flush_metrics()["updates_skipped_nonfinite"] == 2
+    learner.update(batch.clone())
+    assert not all(torch.equal(a, b) for a, b in zip(world_model_state(), before))

@@ -4,12 +4,11 @@ and that sampled sequences never cross trajectories or gaps."""
 from __future__ import annotations
 
 import random
-from types import SimpleNamespace
 
 import pytest
 import tensordict
 import torch
-from helpers_unit import collector_batch, single_thread, tiny_config  # noqa: F401
+from helpers_unit import FakeCuda, collector_batch, single_thread, tiny_config  # noqa: F401
 from tensordict import LazyStackedTensorDict, TensorDict
 from torchrl.data import LazyTensorStorage, ReplayBuffer, RoundRobinWriter, TensorDictReplayBuffer
 
@@ -23,7 +22,7 @@ from dreamer.data.replay import (
     write,
 )
 from dreamer.errors import UserError
-from torchrl_ext import PlainWriteReplayBuffer, SliceCursorWriter
+from torchrl_ext import PlainWriteReplayBuffer, SliceCursorWriter, StagedDeviceReplayBuffer
 
 CPU = torch.device("cpu")
 
@@ -354,26 +353,65 @@ def test_sequences_never_start_in_one_episode_and_end_in_the_next():
 # -- capacity check --------------------------------------------------------------
 
 
+def _host_memory(monkeypatch, available: int, limited_by: str = "free RAM"):
+    monkeypatch.setattr(dreamer_replay, "host_memory_available", lambda: (available, limited_by))
+
+
+def _suggested(message: str) -> int:
+    return int(message.rsplit("<=", 1)[1])
+
+
 def test_check_capacity_refuses_a_buffer_larger_than_free_ram(monkeypatch):
     cfg = tiny_config(pixels=True)
     cfg.buffer.capacity = 1_000_000
     step_bytes = 64 * 64 * 3 + 32
     free = 2 * 2**30
-    monkeypatch.setattr(dreamer_replay.psutil, "virtual_memory", lambda: SimpleNamespace(available=free))
+    _host_memory(monkeypatch, free)
     with pytest.raises(UserError) as err:
         check_capacity(cfg.buffer, step_bytes)
     msg = str(err.value)
-    assert "buffer.capacity" in msg
+    assert "buffer.capacity" in msg and "(free RAM)" in msg
     # The suggested capacity fits.
-    suggested = int(msg.rsplit("<=", 1)[1])
-    assert 0 < suggested * step_bytes <= free
+    assert 0 < _suggested(msg) * step_bytes <= free
 
 
 def test_check_capacity_accepts_a_buffer_that_fits(monkeypatch):
     cfg = tiny_config(pixels=True)
     cfg.buffer.capacity = 1000
-    monkeypatch.setattr(dreamer_replay.psutil, "virtual_memory", lambda: SimpleNamespace(available=2**40))
+    _host_memory(monkeypatch, 2**40)
     assert check_capacity(cfg.buffer, 100) == 1000 * 100
+
+
+def test_check_capacity_counts_every_learner_on_the_node_against_the_cgroup_limit(monkeypatch):
+    """Eight torchrun ranks on one node each hold a buffer: what fits one learner can
+    be 8x too much for the node, and a SLURM job's cgroup may allow less than the
+    node's free RAM."""
+    cfg = tiny_config(pixels=True)
+    cfg.buffer.capacity = 100_000
+    step_bytes = 12_320
+    need = cfg.buffer.capacity * step_bytes  # 1.15 GiB: fits one learner
+    _host_memory(monkeypatch, 4 * 2**30, "the cgroup memory limit of 8.0 GiB")
+    assert check_capacity(cfg.buffer, step_bytes, ranks_per_node=1) == need
+    with pytest.raises(UserError) as err:
+        check_capacity(cfg.buffer, step_bytes, ranks_per_node=8)
+    msg = str(err.value)
+    assert "x 8 learners on this node" in msg and "the cgroup memory limit of 8.0 GiB" in msg
+    assert 8 * _suggested(msg) * step_bytes <= 0.8 * 4 * 2**30
+
+
+def test_check_capacity_of_storage_on_a_gpu_is_against_its_free_memory(monkeypatch):
+    cfg = tiny_config(pixels=True)
+    cfg.buffer.capacity = 100_000
+    monkeypatch.setattr(dreamer_replay, "host_memory_available",
+                        lambda: pytest.fail("storage on a GPU was checked against host RAM"))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (2**30, 80 * 2**30))
+    gpu = torch.device("cuda", 1)
+    assert check_capacity(cfg.buffer, 1000, storage_device=gpu) == 100_000 * 1000
+    with pytest.raises(UserError) as err:
+        check_capacity(cfg.buffer, 100_000, storage_device=gpu)
+    msg = str(err.value)
+    assert "on cuda:1" in msg and "1.0 GiB of its memory is free" in msg
+    assert _suggested(msg) * 100_000 <= 0.8 * 2**30
 
 
 def test_pin_memory_on_without_cuda_is_a_user_error(monkeypatch):
@@ -401,3 +439,205 @@ def test_a_replay_with_prefetched_batches_saves_as_tensors_and_plain_types(tmp_p
     assert torch.equal(restored.sample()["action"], rb.sample()["action"])  # the same prefetched batch first
     write(restored, collector_batch(traj_id=1, first_step=0, steps=10), "pixels")  # the storage keeps its shape
     assert len(restored) == len(rb) + 10
+
+
+# -- page-locked storage, staged samples on a GPU learner (CUDA stood in for) ------
+
+CUDA = torch.device("cuda")
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    return FakeCuda(monkeypatch)
+
+
+@pytest.fixture
+def pin_copies(monkeypatch):
+    """Counts pin_memory() calls: each is a copy into the caching host allocator."""
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t, *a, **k: calls.append(t.shape) or t.clone())
+    monkeypatch.setattr(tensordict.TensorDictBase, "pin_memory", lambda td, *a, **k: calls.append(td.shape) or td.clone())
+    return calls
+
+
+def _filled(rb, steps_per_traj=20, trajs=4):
+    for traj in range(trajs):
+        write(rb, collector_batch(traj_id=traj, first_step=0, steps=steps_per_traj), "pixels")
+    return rb
+
+
+def test_pinned_storage_locks_exactly_its_bytes_in_place(fake_cuda, pin_copies):
+    """buffer.pin_memory: the storage is allocated page-locked at the first write, as
+    many bytes as it holds (64-byte aligned leaves), not pin_memory()'s copy into the
+    caching host allocator that rounds each block up to a power of two; unlocked
+    when the buffer is freed."""
+    import gc
+    import math
+    import mmap
+
+    cfg = tiny_config(pixels=True)
+    cfg.buffer.capacity, cfg.buffer.pin_memory, cfg.buffer.prefetch = 1000, "on", 0
+    rb = make_replay_buffer(cfg.buffer, CPU)
+    batch = collector_batch(traj_id=0, first_step=0, steps=20)
+    write(rb, batch, "pixels")
+    leaves = list(_storage_td(rb).values(True, True))
+    locked = sum(fake_cuda.registered.values())
+    exact = cfg.buffer.capacity * bytes_per_step(batch[0], "pixels")
+    assert len(fake_cuda.registered) == len(leaves)  # one mapping per leaf
+    assert exact <= locked < exact + mmap.PAGESIZE * len(leaves)
+    assert locked < sum(2 ** math.ceil(math.log2(t.numel() * t.element_size())) for t in leaves)
+    assert all(fake_cuda.page_locked(t) for t in leaves)
+    assert pin_copies == []
+    torch.testing.assert_close(_storage_td(rb)["next", "pixels"][:20], batch["next", "pixels"])
+    addresses = set(fake_cuda.registered)
+    del rb, leaves
+    gc.collect()
+    assert set(fake_cuda.unregistered) == addresses and fake_cuda.registered == {}
+
+
+def test_a_restored_pinned_replay_is_page_locked_again(fake_cuda, pin_copies, tmp_path):
+    from dreamer.data.replay import load_replay_state, replay_state
+
+    cfg = tiny_config(pixels=True)
+    cfg.buffer.capacity, cfg.buffer.pin_memory, cfg.buffer.prefetch = 300, "on", 0
+    rb = _filled(make_replay_buffer(cfg.buffer, CPU))
+    torch.save(replay_state(rb), tmp_path / "replay.pt")
+    restored = make_replay_buffer(cfg.buffer, CPU)
+    load_replay_state(restored, torch.load(tmp_path / "replay.pt", weights_only=True))
+    assert all(fake_cuda.page_locked(t) for t in _storage_td(restored).values(True, True))
+    assert (_storage_td(restored)[:len(rb)] == _storage_td(rb)[:len(rb)]).all()
+    assert pin_copies == []
+
+
+@pytest.mark.parametrize("pin", ["on", "off"])
+def test_a_gpu_learner_gets_the_samples_upstream_would_give(fake_cuda, pin):
+    """Same sampler draws, same batch: data and the sampler's entries (index,
+    sequence-end truncation) as upstream's TensorDictReplayBuffer.sample sets them."""
+    cfg, reference = _pixel_buffer(batch_size=3, batch_length=5)
+    cfg.buffer.pin_memory = pin
+    staged = make_replay_buffer(cfg.buffer, CUDA)
+    assert isinstance(staged, StagedDeviceReplayBuffer)
+    _filled(reference), _filled(staged)
+    for seed in range(6):
+        torch.manual_seed(seed)
+        want = reference.sample()
+        torch.manual_seed(seed)
+        got = staged.sample()
+        assert set(got.keys(True, True)) == set(want.keys(True, True))
+        assert (got == want).all(), seed
+
+
+def test_staged_sampling_gathers_into_reused_staging_batches_and_waits_on_events_not_the_host(
+        fake_cuda, pin_copies, monkeypatch):
+    """The GPU path, step by step: each sample is gathered straight into one of two
+    preallocated page-locked staging batches (no allocation, no pin copy); copied
+    with non_blocking on a side stream; an event after the copy is what the learner's
+    stream waits on (the host does not), and the returned tensors are marked used on
+    the learner's stream; a staging batch is overwritten only after the host waited
+    for the event of the copy that last read it."""
+    cfg, _ = _pixel_buffer(batch_size=3, batch_length=5)
+    rb = _filled(make_replay_buffer(cfg.buffer, CUDA))  # buffer.pin_memory=auto: pinned on CUDA
+    slots = rb.staging.slots
+    assert len(slots) == 2
+
+    overwritten_unsafely = []
+    index_select = torch.index_select
+
+    def spy_index_select(source, dim, index, *, out=None):
+        last_read = fake_cuda.last_copy_out_of(out)
+        if last_read is not None and not last_read.synchronized:
+            overwritten_unsafely.append(out.shape)
+        return index_select(source, dim, index, out=out)
+
+    monkeypatch.setattr(torch, "index_select", spy_index_select)
+    samples = []
+    for _ in range(6):
+        fake_cuda.log.clear()
+        sample = rb.sample()
+        samples.append(sample)
+        [copy] = fake_cuda.events("copy")
+        assert copy == ("copy", "side", True)
+        [(_, stream, event)] = fake_cuda.events("record")
+        assert stream == "side" and event.after_copy_of  # recorded after the copy
+        assert fake_cuda.events("wait_event") == [("wait_event", "default", event)]
+        marked = {ptr for _, stream, ptr in fake_cuda.events("record_stream") if stream == "default"}
+        assert marked == {t.data_ptr() for t in sample.values(True, True)}
+    staged_memory = {t.data_ptr() for s in slots for t in s.batch.values(True, True)}
+    assert all(fake_cuda.page_locked(t) for s in slots for t in s.batch.values(True, True))
+    for sample in samples:  # handed out: the device copies, never the staging batches
+        assert not staged_memory & {t.data_ptr() for t in sample.values(True, True)}
+    assert overwritten_unsafely == [] and pin_copies == []
+
+
+def test_with_prefetch_threads_no_staged_batch_is_overwritten_before_its_copy(fake_cuda):
+    """prefetch=2: up to three gathers at once (two threads and the caller), three
+    staging batches; every sample holds exactly the rows its index names."""
+    cfg, _ = _pixel_buffer(batch_size=3, batch_length=5, prefetch=2)
+    rb = _filled(make_replay_buffer(cfg.buffer, CUDA), trajs=6)
+    stored = _storage_td(rb)
+    assert len(rb.staging.slots) == 3
+    for _ in range(30):
+        sample = rb.sample()
+        rows = sample["index"].squeeze(-1)
+        assert torch.equal(sample["next", "pixels"], stored["next", "pixels"][rows])
+        assert torch.equal(sample["action"], stored["action"][rows])
+        _check_sequences(sample, 3, 5)
+
+
+def test_a_staged_replay_checkpoints_its_prefetched_batches_without_events(fake_cuda, tmp_path):
+    from dreamer.data.replay import load_replay_state, replay_state
+
+    cfg, _ = _pixel_buffer(prefetch=2)
+    rb = _filled(make_replay_buffer(cfg.buffer, CUDA))
+    rb.sample()  # fills the prefetch queue
+    path = tmp_path / "replay.pt"
+    torch.save(replay_state(rb), path)
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(str(path)) == []
+    restored = make_replay_buffer(cfg.buffer, CUDA)
+    load_replay_state(restored, torch.load(path, weights_only=True))
+    assert torch.equal(restored.sample()["action"], rb.sample()["action"])  # the same prefetched batch first
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@needs_cuda
+def test_page_locked_memory_is_pinned_for_cuda_and_copies_asynchronously():
+    from torchrl_ext import page_locked_like
+
+    step = TensorDict({"pixels": torch.zeros(64, 64, 3, dtype=torch.uint8), "reward": torch.zeros(1)}, [])
+    storage = page_locked_like(step.expand(1000))
+    assert all(t.is_pinned() for t in storage.values(True, True))
+    storage["pixels"].copy_(torch.randint(0, 256, storage["pixels"].shape, dtype=torch.uint8))
+    storage["reward"].normal_()
+    on_gpu = storage.to(CUDA, non_blocking=True)
+    torch.cuda.synchronize()
+    assert (on_gpu.cpu() == storage).all()
+
+
+@needs_cuda
+def test_on_a_gpu_samples_match_upstream_and_sampling_never_syncs():
+    """The real CUDA path: page-locked storage and staging, side-stream copies; the
+    samples equal upstream's (moved to the GPU afterwards) and taking one makes no
+    host sync (sync-debug mode "error" raises on one)."""
+    cfg, reference = _pixel_buffer(batch_size=3, batch_length=5)
+    cfg.buffer.pin_memory = "on"
+    staged = make_replay_buffer(cfg.buffer, CUDA)
+    _filled(reference), _filled(staged)
+    assert all(t.is_pinned() for t in _storage_td(staged).values(True, True))
+    for seed in range(4):
+        torch.manual_seed(seed)
+        want = reference.sample()
+        torch.manual_seed(seed)
+        if seed < len(staged.staging.slots):  # fresh staging batches: no copy to wait for on the host
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            got = staged.sample()
+            doubled = got["next", "pixels"].float() * 2  # the learner's stream reads it: after the copy
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert got["next", "pixels"].is_cuda and got["action"].is_cuda
+        assert (got.cpu() == want).all(), seed
+        assert torch.equal(doubled.cpu(), want["next", "pixels"].float() * 2)
+    assert all(t.is_pinned() for s in staged.staging.slots for t in s.batch.values(True, True))

@@ -39,6 +39,9 @@ class FakeCollector:
     def update_policy_weights_(self):
         self.calls["weights"] += 1
 
+    def publish_pending_weights(self):
+        self.calls["publish"] += 1
+
     def shutdown(self):
         self.calls["collector.shutdown"] += 1
 
@@ -161,6 +164,8 @@ def test_a_run_to_total_frames_evaluates_checkpoints_and_summarises(tmp_path):
     result = Trainer(run).run()
     assert result.finished_by == "total_frames" and result.stopped_by is None
     assert (result.frames, result.updates) == (60, 60)
+    # A push every 10 updates; every other update completes a push still in flight (never waits).
+    assert (calls["weights"], calls["publish"]) == (6, 54)
     assert result.eval_episodes == 2 and result.eval_return_mean == 2.0  # the final eval
     assert run.logger.summary == result.to_dict() and calls["learning_curve"] == 1
     assert ckpt.load_latest(tmp_path)["counters"]["updates"] == 60

@@ -5,19 +5,30 @@ Nothing here imports ``dreamer``.
 
 from torchrl_ext.device import module_to
 from torchrl_ext.dreamer_v3 import SyncFreeDreamerV3ValueLoss, replay_lambda_returns
+from torchrl_ext.host_memory import page_locked_like
 from torchrl_ext.imagination import FixedBoundsTanhNormal, NonTerminatingDreamerEnv
 from torchrl_ext.obs_decoder import MatmulObsDecoder
 from torchrl_ext.optim import SkippableDreamerV3Optimizer
-from torchrl_ext.replay import PinnedLazyTensorStorage, PlainWriteReplayBuffer, SliceCursorWriter
+from torchrl_ext.replay import (
+    PinnedLazyTensorStorage,
+    PlainWriteReplayBuffer,
+    SliceCursorWriter,
+    StagedDeviceReplayBuffer,
+)
 from torchrl_ext.rssm import CacheableRSSMPrior, SelectiveRSSMRollout
 from torchrl_ext.tensordict_fast_path import install_from_any_fast_path
-from torchrl_ext.weight_sync import LivenessCheckedSharedMemWeightSyncScheme, ReceiverDied
+from torchrl_ext.weight_sync import (
+    LivenessCheckedSharedMemWeightSyncScheme,
+    NonBlockingSharedMemWeightSyncScheme,
+    ReceiverDied,
+)
 
 __all__ = [
     "CacheableRSSMPrior",
     "FixedBoundsTanhNormal",
     "LivenessCheckedSharedMemWeightSyncScheme",
     "MatmulObsDecoder",
+    "NonBlockingSharedMemWeightSyncScheme",
     "NonTerminatingDreamerEnv",
     "PinnedLazyTensorStorage",
     "PlainWriteReplayBuffer",
@@ -25,8 +36,10 @@ __all__ = [
     "SelectiveRSSMRollout",
     "SkippableDreamerV3Optimizer",
     "SliceCursorWriter",
+    "StagedDeviceReplayBuffer",
     "SyncFreeDreamerV3ValueLoss",
     "install_from_any_fast_path",
     "module_to",
+    "page_locked_like",
     "replay_lambda_returns",
 ]

@@ -1,4 +1,5 @@
-"""Replay-buffer write path: contiguous writes as storage slices, pinned host storage.
+"""Replay-buffer write and sample paths: contiguous writes as storage slices, page-locked
+host storage, samples gathered into reused staging batches and copied on a side stream.
 
 Upstream ``TensorStorage.set`` already writes a ``LazyStackedTensorDict`` with
 one ``_stack_onto_`` into ``storage[cursor]`` -- but only when ``cursor`` is a
@@ -12,13 +13,21 @@ lazy stacks and lists, and a single copy for dense batches.
 
 from __future__ import annotations
 
+import collections
+import copy
+import threading
+from collections import OrderedDict
+
 import torch
-from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
-from torchrl.data import TensorDictReplayBuffer
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, is_tensor_collection
+from tensordict.utils import expand_as_right
+from torchrl.data import ReplayBuffer, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler
-from torchrl.data.replay_buffers.storages import LazyTensorStorage
+from torchrl.data.replay_buffers.storages import LazyTensorStorage, TensorStorage
 from torchrl.data.replay_buffers.writers import RoundRobinWriter
 from torchrl.envs.transforms._base import _CallableTransform
+
+from torchrl_ext.host_memory import page_locked_like
 
 
 class SliceCursorWriter(RoundRobinWriter):
@@ -67,8 +76,12 @@ class PinnedLazyTensorStorage(LazyTensorStorage):
     """A :class:`~torchrl.data.LazyTensorStorage` allocated in page-locked host memory.
 
     Pinned pages let ``.to(cuda, non_blocking=True)`` copy asynchronously.
-    Pinning needs a CUDA driver, so ``pin_memory=True`` on a machine without
-    CUDA raises at construction rather than at the first write.
+    The storage is allocated page-locked at the first write
+    (:func:`~torchrl_ext.host_memory.page_locked_like`: exactly the bytes it
+    needs, no pageable twin, none of ``pin_memory()``'s power-of-two rounding);
+    a loaded state is copied into page-locked memory too. Pinning needs a CUDA
+    driver, so ``pin_memory=True`` on a machine without CUDA raises at
+    construction rather than at the first write.
     """
 
     def __init__(self, *args, pin_memory: bool = True, **kwargs):
@@ -78,11 +91,20 @@ class PinnedLazyTensorStorage(LazyTensorStorage):
         self.pin_memory = pin_memory
 
     def _init(self, data) -> None:
-        super()._init(data)
-        if self.pin_memory and is_tensor_collection(self._storage):
-            # Allocated once at the first write; pin_memory() copies, so the
-            # unpinned twin is freed right after.
-            self._storage = self._storage.pin_memory()
+        if not self.pin_memory or self.ndim != 1 or self.shared_init or not is_tensor_collection(data):
+            return super()._init(data)
+        # ``data`` is one step (batch shape ()): the storage is capacity of them.
+        self._storage = page_locked_like(data.expand(self.max_size))
+        self.initialized = True
+
+    def load_state_dict(self, state_dict) -> None:
+        saved = state_dict["_storage"]
+        if self.pin_memory and self._storage is None and isinstance(saved, (dict, OrderedDict)):
+            # Upstream would clone the saved tensors into pageable memory; give it
+            # page-locked ones of the same layout to copy into instead.
+            layout = TensorDict().load_state_dict(copy.copy(saved), strict=False)  # references, no copy
+            self._storage = page_locked_like(layout)
+        super().load_state_dict(state_dict)
 
 
 class PlainWriteReplayBuffer(TensorDictReplayBuffer):
@@ -117,3 +139,165 @@ def _inverse_is_identity(transform) -> bool:
     if transform is None:
         return True
     return all(isinstance(t, _CallableTransform) for t in getattr(transform, "transforms", [transform]))
+
+
+READY_EVENT = "staged_copy_ready"  # info key: the event a sample's device copy records
+
+
+class StagedDeviceReplayBuffer(PlainWriteReplayBuffer):
+    """A :class:`PlainWriteReplayBuffer` whose samples come out on ``device``, gathered
+    into reused host staging batches and copied on a side CUDA stream.
+
+    Upstream gathers each sample into freshly allocated (pageable) memory; a
+    ``.to(device)`` transform then copies it on the sampling thread's current
+    stream, and pinning it first is one more copy. Here each sample is gathered
+    (``index_select`` with ``out=``) straight into one of ``prefetch + 1`` (at
+    least 2) preallocated host batches, page-locked when ``pin_memory``, so
+    every prefetch thread and the caller can gather at once. On CUDA the batch is
+    copied to ``device`` with ``non_blocking=True`` on a side stream, and an
+    event is recorded after the copy:
+
+    - :meth:`sample` makes the caller's current stream wait on it (no host
+      wait), and marks the device tensors as used on that stream
+      (``record_stream``), so the caching allocator does not give their memory
+      back to the side stream while the caller's kernels may still read it;
+    - the next gather into that staging batch first waits for it on the host
+      (``Event.synchronize``, in the gathering thread only), so a staging batch
+      is never overwritten while a copy still reads it.
+
+    Off CUDA the staged batch is copied (cloned on the CPU) before it is handed
+    out: a sample never aliases a staging batch. The sampled data and the info
+    entries set into it are upstream ``TensorDictReplayBuffer.sample``'s.
+    Needs a 1-D tensordict :class:`~torchrl.data.TensorStorage`, no sample
+    transform, no sample unit and no generation tracking.
+    """
+
+    def __init__(self, *, device: torch.device | str, pin_memory: bool, **kwargs):
+        super().__init__(**kwargs)
+        if self._transform is not None and len(self._transform):
+            raise ValueError("StagedDeviceReplayBuffer takes no transform: it moves samples to `device` itself")
+        if getattr(self, "_sample_unit", None) is not None or self._writer.tracks_generations:
+            raise ValueError("StagedDeviceReplayBuffer supports neither sample units nor generation tracking")
+        if not isinstance(self._storage, TensorStorage) or self._storage.ndim != 1:
+            raise ValueError("StagedDeviceReplayBuffer needs a 1-D TensorStorage")
+        self.device = torch.device(device)
+        self.staging = StagingBatches(slots=max(2, self._prefetch_cap + 1), pin_memory=pin_memory)
+        self._copy = SideStreamCopy(self.device)
+
+    def _sample(self, batch_size: int) -> tuple[TensorDictBase, dict]:
+        slot = self.staging.acquire()  # before the locks: its wait must not hold up writers
+        ready = None
+        try:
+            with self._replay_lock, self._write_lock:
+                index, info = self._sampler.sample(self._storage, batch_size)
+                info["index"] = index
+                host = self.staging.gather(slot, self._storage._storage, index, info)
+            batch, ready = self._copy(host)
+        finally:
+            self.staging.release(slot, ready)
+        info[READY_EVENT] = ready
+        return batch, info
+
+    def sample(self, batch_size: int | None = None, return_info: bool = False):
+        # The base class's sample (prefetch queue included): the info entries are
+        # in the batch already, copied with it rather than one by one afterwards.
+        batch, info = ReplayBuffer.sample(self, batch_size, return_info=True)
+        self._copy.hand_over(batch, info.pop(READY_EVENT, None))
+        return (batch, info) if return_info else batch
+
+    def _clone_prefetch_result(self, result):
+        # A checkpoint clones the prefetched batches on the caller's stream: after their copies.
+        batch, info = result
+        info = dict(info)
+        self._copy.hand_over(batch, info.pop(READY_EVENT, None))
+        return super()._clone_prefetch_result((batch, info))
+
+
+class StagingBatches:
+    """A few host batches that samples are gathered into, each reused once the
+    device copy that last read it is done."""
+
+    class Slot:
+        def __init__(self):
+            self.batch: TensorDictBase | None = None  # allocated at the first gather
+            self.ready = None  # the event of the last copy out of it (None: nothing in flight)
+
+    def __init__(self, slots: int, pin_memory: bool):
+        self.pin_memory = pin_memory
+        self.slots = [self.Slot() for _ in range(slots)]
+        self._free = collections.deque(self.slots)  # oldest release first: its copy is likeliest done
+        self._available = threading.Condition()
+
+    def acquire(self) -> StagingBatches.Slot:
+        with self._available:
+            while not self._free:
+                self._available.wait()
+            slot = self._free.popleft()
+        if slot.ready is not None:
+            slot.ready.synchronize()
+            slot.ready = None
+        return slot
+
+    def release(self, slot: StagingBatches.Slot, ready) -> None:
+        slot.ready = ready
+        with self._available:
+            self._free.append(slot)
+            self._available.notify()
+
+    def gather(self, slot: StagingBatches.Slot, source: TensorDictBase, index, info: dict) -> TensorDictBase:
+        """Rows ``index`` of ``source`` and the sampler's ``info`` entries, written into ``slot``."""
+        rows = index[0] if isinstance(index, tuple) else index
+        if slot.batch is None or slot.batch.shape[0] != rows.numel():
+            # The first gather is upstream's (an allocating index); it fixes the layout.
+            template = source[rows]
+            _set_info(template, info, inplace=False)
+            slot.batch = page_locked_like(template) if self.pin_memory else torch.empty_like(template)
+            slot.batch.update_(template)
+            return slot.batch
+        for key, out in slot.batch.items(True, True):
+            if key in info:
+                continue
+            torch.index_select(source.get(key), 0, rows, out=out)
+        _set_info(slot.batch, info, inplace=True)
+        return slot.batch
+
+
+def _set_info(batch: TensorDictBase, info: dict, *, inplace: bool) -> None:
+    """The sampler's info entries into ``batch``, as upstream ``TensorDictReplayBuffer.sample`` sets them."""
+    for key, value in info.items():
+        if key == "index" and isinstance(value, tuple):
+            value = torch.stack(value, -1)
+        value = torch.as_tensor(value)
+        if value.ndim < batch.ndim:
+            value = expand_as_right(value, batch)
+        if inplace:
+            batch.get(key).copy_(value)
+        else:
+            batch.set(key, value)
+
+
+class SideStreamCopy:
+    """Host batch -> ``device``: on CUDA a non-blocking copy on a side stream, with
+    the event recorded after it; elsewhere a plain copy and no event."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+
+    def __call__(self, host: TensorDictBase):
+        if self.stream is None:
+            return (host.clone() if self.device.type == "cpu" else host.to(self.device)), None
+        with torch.cuda.stream(self.stream):
+            batch = host.to(self.device, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record(self.stream)
+        return batch, ready
+
+    def hand_over(self, batch: TensorDictBase, ready) -> None:
+        """Order the caller's current stream after the copy (no host wait)."""
+        if ready is None:
+            return
+        consumer = torch.cuda.current_stream(self.device)
+        consumer.wait_event(ready)
+        for tensor in batch.values(True, True):
+            tensor.record_stream(consumer)

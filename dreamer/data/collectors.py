@@ -16,7 +16,7 @@ from torchrl.collectors import BaseCollector, Collector, MultiAsyncCollector
 from dreamer.config import AlgoConfig, CollectorConfig, CompileConfig, EnvConfig
 from dreamer.envs.factory import env_factory
 from dreamer.system.compile import compile_kwargs
-from torchrl_ext import LivenessCheckedSharedMemWeightSyncScheme, module_to
+from torchrl_ext import NonBlockingSharedMemWeightSyncScheme, module_to
 
 
 def workers_hold_a_copy(learner_device: torch.device, collector_device: torch.device) -> bool:
@@ -55,7 +55,9 @@ def make_collector(
     of its rollouts (the profiler's tracer); an in-process collector (0
     workers) does not run it, as the learner's own trace covers collection.
     ``rank`` (data-parallel learners) gives each rank's workers their own env
-    seeds; ``algo_cfg`` sizes the policy's carry in every env.
+    seeds; ``algo_cfg`` sizes the policy's carry in every env. With workers,
+    ``update_policy_weights_`` does not wait: it stages the weights, and
+    :func:`publish_pending_weights` (polled by the caller) completes the push.
     """
     c = collector_cfg
     factories = [
@@ -75,8 +77,9 @@ def make_collector(
     )
     if workers == 0:
         return Collector(factories[0], frames_per_batch=c.frames_per_batch, **common)
-    # Weight pushes give up on a dead worker instead of waiting for its ack forever.
-    weight_sync = LivenessCheckedSharedMemWeightSyncScheme()
+    # Weight pushes never wait for the workers (nor for a GPU learner's device-to-host
+    # copy): staged, then published once ready (publish_pending_weights).
+    weight_sync = NonBlockingSharedMemWeightSyncScheme()
     collector = MultiAsyncCollector(
         factories,
         post_collect_hook=worker_hook,
@@ -89,4 +92,12 @@ def make_collector(
         **common,
     )
     weight_sync.is_alive = lambda idx: collector.procs[idx].is_alive()
+    collector.weight_push = weight_sync  # read by publish_pending_weights
     return collector
+
+
+def publish_pending_weights(collector: BaseCollector) -> bool:
+    """Complete a weight push that ``update_policy_weights_`` staged, if it is ready
+    (never waits); True when it published. A no-op for in-process collection."""
+    push = getattr(collector, "weight_push", None)
+    return push.publish_ready() if push is not None else False

@@ -6,23 +6,29 @@ copy), goes into the storage slice through ``torchrl_ext.SliceCursorWriter``
 never the root observation that duplicates it.
 
 Sample: ``SliceSampler`` draws ``batch_size`` sequences of ``batch_length``
-steps inside single trajectories; a background thread prefetches them and
-casts them to the learner's device (non-blocking from pinned memory).
+steps inside single trajectories; a background thread prefetches them. For a
+learner on another device (a GPU) the sequences are gathered straight into
+reused host staging batches (page-locked when pinned) and copied on a side CUDA
+stream that the learner's stream waits on (``torchrl_ext.StagedDeviceReplayBuffer``).
+On a CPU learner the sample is the gather itself, as upstream's.
+
+Pinned storage is page-locked exactly (``torchrl_ext.page_locked_like``), not
+rounded up to a power of two by torch's caching host allocator: the bytes
+:func:`check_capacity` counts are the bytes locked.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 
-import psutil
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
 
 from dreamer.config import BufferConfig
 from dreamer.errors import UserError
-from torchrl_ext import PinnedLazyTensorStorage, PlainWriteReplayBuffer, SliceCursorWriter
+from dreamer.system.memory import host_memory_available
+from torchrl_ext import PinnedLazyTensorStorage, PlainWriteReplayBuffer, SliceCursorWriter, StagedDeviceReplayBuffer
 
 TRAJ_KEY = ("collector", "traj_ids")
 
@@ -47,15 +53,8 @@ def use_pinned_memory(buffer_cfg: BufferConfig, device: torch.device) -> bool:
     return choice == "on" or (choice == "auto" and device.type == "cuda")
 
 
-def _to_device(batch: TensorDictBase, device: torch.device, pin: bool) -> TensorDictBase:
-    # Runs in the prefetch thread: the gather result is pageable, so pin it
-    # there (off the learner's path) to make the copy truly asynchronous.
-    if pin:
-        batch = batch.pin_memory()
-    return batch.to(device, non_blocking=pin)
-
-
 def make_replay_buffer(buffer_cfg: BufferConfig, device: torch.device) -> TensorDictReplayBuffer:
+    """Host storage; samples come out on ``device`` (the learner's)."""
     b = buffer_cfg
     pin = use_pinned_memory(b, device)
     storage = (
@@ -67,17 +66,16 @@ def make_replay_buffer(buffer_cfg: BufferConfig, device: torch.device) -> Tensor
         strict_length=True,  # only whole sequences: the learner reshapes to (B, T)
         cache_values=False,
     )
-    transform = None
-    if device.type != "cpu":
-        transform = functools.partial(_to_device, device=device, pin=pin)
-    return PlainWriteReplayBuffer(
+    common = dict(
         storage=storage,
         sampler=sampler,
         writer=SliceCursorWriter(),
         batch_size=b.batch_size * b.batch_length,
         prefetch=b.prefetch or None,
-        transform=transform,
     )
+    if device.type != "cpu":
+        return StagedDeviceReplayBuffer(device=device, pin_memory=pin, **common)
+    return PlainWriteReplayBuffer(**common)
 
 
 def write(buffer: TensorDictReplayBuffer, batch: TensorDictBase, obs_key: str) -> int:
@@ -94,15 +92,34 @@ def bytes_per_step(step: TensorDictBase, obs_key: str) -> int:
     return sum(t.element_size() * t.numel() for t in kept.values(True, True))
 
 
-def check_capacity(buffer_cfg: BufferConfig, step_bytes: int) -> int:
-    """Refuse a buffer that cannot fit in free RAM; returns the bytes it will use."""
+def check_capacity(buffer_cfg: BufferConfig, step_bytes: int, *, ranks_per_node: int = 1,
+                   storage_device: torch.device = torch.device("cpu")) -> int:
+    """Refuse, in one line, a replay buffer that does not fit; returns the bytes it will use.
+
+    Host storage: every learner process on this node (``ranks_per_node``) holds its
+    own buffer, against the host memory available to this process (free RAM, or
+    less under a cgroup memory limit). Storage on a GPU: against that GPU's free
+    memory. 80% of either at most, leaving room for the rest of the run.
+    """
     need = buffer_cfg.capacity * step_bytes
-    free = psutil.virtual_memory().available
-    if need > 0.8 * free:
-        fit = int(0.8 * free / step_bytes)
+    if storage_device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(storage_device)
+        if need > 0.8 * free:
+            fit = int(0.8 * free / step_bytes)
+            raise UserError(
+                f"buffer.capacity={buffer_cfg.capacity} needs {need / 2**30:.1f} GiB on {storage_device} "
+                f"but only {free / 2**30:.1f} GiB of its memory is free: set buffer.capacity<={fit}"
+            )
+        return need
+    available, limited_by = host_memory_available()
+    node_need = need * ranks_per_node
+    if node_need > 0.8 * available:
+        fit = int(0.8 * available / ranks_per_node / step_bytes)
+        per_node = (f" per learner x {ranks_per_node} learners on this node = {node_need / 2**30:.1f} GiB"
+                    if ranks_per_node > 1 else "")
         raise UserError(
-            f"buffer.capacity={buffer_cfg.capacity} needs {need / 2**30:.1f} GiB but only "
-            f"{free / 2**30:.1f} GiB is free: set buffer.capacity<={fit}"
+            f"buffer.capacity={buffer_cfg.capacity} needs {need / 2**30:.1f} GiB{per_node} but only "
+            f"{available / 2**30:.1f} GiB is available ({limited_by}): set buffer.capacity<={fit}"
         )
     return need
 

@@ -18,11 +18,14 @@ from tensordict import TensorDictBase
 from torch import nn
 from torchrl.collectors import BaseCollector
 
+from dreamer.data.collectors import publish_pending_weights
 from dreamer.errors import UserError
 from torchrl_ext import ReceiverDied
 
 log = logging.getLogger("dreamer")
 WORKER_DIED = "At least one process failed"
+# What talking to a dead worker raises (its queues and pipes are closed).
+WORKER_GONE = (ReceiverDied, BrokenPipeError, EOFError, ConnectionError)
 
 
 class WorkerDied(UserError):
@@ -80,13 +83,22 @@ class SupervisedCollector:
             self.collector = self.build(True)
 
     def update_policy_weights_(self) -> None:
+        """Push the learner's weights to the workers; never waits for them (a push
+        still in flight completes at a later :meth:`publish_pending_weights`)."""
         try:
             if self.weights_source is not None:
                 self.collector.update_policy_weights_(self.weights_source)
             else:
                 self.collector.update_policy_weights_()
-        except (ReceiverDied, BrokenPipeError, EOFError, ConnectionError):
+        except WORKER_GONE:
             pass  # a worker died: the next batch fetch notices it (and restarts or stops)
+
+    def publish_pending_weights(self) -> None:
+        """Complete a staged weight push once it is ready; costs a few checks, never waits."""
+        try:
+            publish_pending_weights(self.collector)
+        except WORKER_GONE:
+            pass
 
     def shutdown(self) -> None:
         self.collector.shutdown()

@@ -14,7 +14,7 @@ import torch
 from dreamer.algos.registry import algorithm
 from dreamer.config import Config, to_dict
 from dreamer.data.collectors import make_collector, worker_policy, workers_hold_a_copy
-from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buffer
+from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buffer, use_pinned_memory
 from dreamer.data.supervisor import SupervisedCollector
 from dreamer.envs.factory import close_env, make_env
 from dreamer.envs.rendering import configure_mujoco_gl
@@ -87,8 +87,9 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
             step_bytes = bytes_per_step(proof_env.rollout(1), models.obs_key)
         finally:
             close_env(proof_env)
-        need = check_capacity(cfg.buffer, step_bytes)
-        log.info("replay: %d steps x %d bytes = %.2f GiB", cfg.buffer.capacity, step_bytes, need / 2**30)
+        need = check_capacity(cfg.buffer, step_bytes, ranks_per_node=ranks.local_world_size)
+        log.info("replay: %d steps x %d bytes = %.2f GiB of host memory, %s", cfg.buffer.capacity, step_bytes,
+                 need / 2**30, "page-locked" if use_pinned_memory(cfg.buffer, device) else "pageable")
         # Everything a user can get wrong fails before workers spawn. Neither
         # creates compile state: compiling comes after the spawn.
         learner = learner_cls(

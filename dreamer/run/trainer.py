@@ -111,7 +111,9 @@ class Trainer:
         if self.switched_at == n.updates:
             self._after_first_compiled_update(time.perf_counter() - start)
         if due.sync_weights(n.updates):
-            r.collector.update_policy_weights_()
+            r.collector.update_policy_weights_()  # staged; published when ready, without waiting
+        else:
+            r.collector.publish_pending_weights()
         if due.log_due(n.updates):
             self._log()
         if due.eval_due(n.updates):

@@ -18,28 +18,30 @@ from pathlib import Path
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-def _own_cgroup_dirs(root: Path, proc_cgroup: Path) -> list[Path]:
-    """This process's cgroup directories (v2 unified path, v1 ``cpu`` controller),
-    then the root: a container usually sees its own cgroup as the root."""
+def own_cgroup_dirs(root: Path, proc_cgroup: Path, controller: str) -> list[Path]:
+    """This process's cgroup directories for ``controller`` ("cpu", "memory"): the v2
+    unified path, the v1 path under the controller's mount (``cpu`` or
+    ``cpu,cpuacct``), then the root: a container usually sees its own cgroup as
+    the root. Some may not exist."""
     dirs: list[Path] = []
     try:
         lines = proc_cgroup.read_text().splitlines()
     except OSError:
         lines = []
+    mounts = [controller] + (["cpu,cpuacct"] if controller == "cpu" else [])
     for line in lines:
         _, controllers, path = line.split(":", 2)
         path = path.lstrip("/")
         if controllers == "":  # cgroup v2
             dirs.append(root / path)
-        elif "cpu" in controllers.split(","):  # cgroup v1
-            dirs.append(root / "cpu" / path)
-            dirs.append(root / "cpu,cpuacct" / path)
-    return dirs + [root, root / "cpu", root / "cpu,cpuacct"]
+        elif controller in controllers.split(","):  # cgroup v1
+            dirs.extend(root / mount / path for mount in mounts)
+    return dirs + [root] + [root / mount for mount in mounts]
 
 
 def cgroup_cpu_quota(root: Path = CGROUP_ROOT, proc_cgroup: Path = Path("/proc/self/cgroup")) -> float | None:
     """CPUs' worth of time the cgroup allows (e.g. 4.0), or None without a quota."""
-    for directory in _own_cgroup_dirs(root, proc_cgroup):
+    for directory in own_cgroup_dirs(root, proc_cgroup, "cpu"):
         v2 = directory / "cpu.max"  # "max 100000" or "400000 100000"
         if v2.is_file():
             quota, _, period = v2.read_text().strip().partition(" ")

@@ -1,9 +1,15 @@
-"""Host memory policy of the learner process (glibc malloc)."""
+"""Host memory of the learner process: how much it may still use (free RAM, cgroup
+limits), and its malloc policy (glibc)."""
 
 from __future__ import annotations
 
 import ctypes
 import platform
+from pathlib import Path
+
+import psutil
+
+from dreamer.system.cpus import CGROUP_ROOT, own_cgroup_dirs
 
 # mallopt parameters, from glibc's malloc.h.
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
@@ -25,3 +31,67 @@ def retain_freed_host_memory() -> bool:
     libc = ctypes.CDLL("libc.so.6")
     # Each returns 1 on success; both apply to allocations made from now on.
     return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+
+
+# cgroup v1 writes "no limit" as the largest page-aligned int64.
+_NO_V1_LIMIT = 2**62
+
+
+def _memory_level(directory: Path) -> tuple[int, int] | None:
+    """(headroom, limit) of one cgroup directory's memory limit, or None without one.
+    Headroom = limit - working set, the working set being the usage without the
+    inactive page cache (reclaimed before the limit is hit), as kubelet counts it."""
+    v2, v1 = directory / "memory.max", directory / "memory.limit_in_bytes"
+    if v2.is_file():
+        text = v2.read_text().strip()
+        if text == "max":
+            return None
+        limit, usage_file, inactive_key = int(text), directory / "memory.current", "inactive_file"
+    elif v1.is_file():
+        limit = int(v1.read_text().strip())
+        if limit >= _NO_V1_LIMIT:
+            return None
+        usage_file, inactive_key = directory / "memory.usage_in_bytes", "total_inactive_file"
+    else:
+        return None
+    try:
+        usage = int(usage_file.read_text().strip())
+    except (OSError, ValueError):
+        usage = 0
+    inactive = 0
+    stat = directory / "memory.stat"
+    if stat.is_file():
+        for line in stat.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == inactive_key:
+                inactive = int(value)
+    return max(0, limit - max(0, usage - inactive)), limit
+
+
+def cgroup_memory_headroom(root: Path = CGROUP_ROOT,
+                           proc_cgroup: Path = Path("/proc/self/cgroup")) -> tuple[int, int] | None:
+    """(bytes this process's cgroups still allow, the limit that allows least), or None
+    when no cgroup limits memory. Every level from the process's own cgroup up to the
+    root counts: SLURM sets the limit on the job's cgroup, the parent of each step's."""
+    tightest = None
+    seen: set[Path] = set()
+    for directory in own_cgroup_dirs(root, proc_cgroup, "memory"):
+        while directory not in seen:
+            seen.add(directory)
+            level = _memory_level(directory)
+            if level is not None and (tightest is None or level[0] < tightest[0]):
+                tightest = level
+            if directory == root or root not in directory.parents:
+                break
+            directory = directory.parent
+    return tightest
+
+
+def host_memory_available(root: Path = CGROUP_ROOT, proc_cgroup: Path = Path("/proc/self/cgroup")) -> tuple[int, str]:
+    """(bytes of host memory this process can still take, what limits it): the
+    machine's available RAM, or less where a cgroup (SLURM job, container) caps it."""
+    free = psutil.virtual_memory().available
+    cgroup = cgroup_memory_headroom(root, proc_cgroup)
+    if cgroup is not None and cgroup[0] < free:
+        return cgroup[0], f"the cgroup memory limit of {cgroup[1] / 2**30:.1f} GiB"
+    return free, "free RAM"

@@ -1,0 +1,595 @@
+"""The GPU acceptance checks: one PASS / FAIL / SKIP line per check.
+
+    python scripts/gpu_check.py                  # everything this machine can check
+    python scripts/gpu_check.py --json out.json  # and the results as JSON
+    python scripts/gpu_check.py --cpu-only       # the CPU-provable subset only (what CI runs)
+
+Every machine runs the CPU-provable subset: tests (run by pytest node id) that
+prove each fix of the CUDA path on the CPU, with CUDA stood in for where the
+path needs it: no host transfer inside V1/V3 updates (also with two ranks
+voting), checkpoint -> resume on CPU and a GPU-shaped checkpoint (8 CUDA RNG
+states) where fewer GPUs are visible, a NaN reward skipped, counted and
+leaving the weights, workers' policy tensors on the collector device, replay
+storage page-locked exactly with samples gathered into reused staging
+batches and copied on a side stream behind an event, the replay size checked
+per node against cgroup limits and VRAM, weight pushes that never wait,
+worker and thread counts from affinity / quota / ranks, one-line CUDA errors.
+
+Without CUDA it says so in one line, lists the GPU checks as SKIP, and exits 0
+when the subset passes. With CUDA it also runs:
+
+- the CUDA-only tests: sync-debug "error" mode around compiled V1 and V3
+  updates (states and pixels, bf16 autocast where native, no re-trace after
+  warm-up), replay sampling and weight pushes without a sync, NaN reward on
+  CUDA, pixel transforms on CUDA;
+- page-locked replay memory: resident bytes against the replay size (no
+  power-of-two rounding);
+- ``experiment=smoke device=cuda collector.num_workers=2``: only the learner
+  holds a CUDA context (its workers map no GPU); steady updates/s with
+  ``compile=off`` / ``default`` x ``autocast=off`` / ``auto``;
+- ``experiment=dmc_vision model=size12m`` (V3, DMC pixels, ~200 updates):
+  updates/s, first-update (compile warm-up) time, resident memory against the
+  logged replay size;
+- a profiled window: no device-to-host copy or synchronize call inside the
+  learner's update ranges;
+- checkpoint on the GPU, resume on the GPU and on the CPU; with fewer GPUs
+  visible (2 or more GPUs);
+- torchrun on 2 GPUs: ``max_param_divergence == 0``, updates/s against 1 GPU;
+
+Exit status 0 when no check failed, 1 otherwise. Runs land in a temporary
+directory (``--keep DIR`` keeps them, and their logs, under DIR/<date-time>).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+
+# (check, pytest node ids): the CPU-provable subset.
+CPU_CHECKS = [
+    ("V1 update makes no host transfer (spy; states, pixels)",
+     ["tests/test_learner.py::test_update_makes_no_host_transfer"]),
+    ("V3 update makes no host transfer (spy; states, pixels)",
+     ["tests/test_learner_v3.py::test_v3_update_makes_no_host_transfer"]),
+    ("2 ranks: the stop vote adds no host transfer per update",
+     ["tests/test_stopping.py::test_two_ranks_leave_together_with_no_host_transfer_between_votes"]),
+    ("checkpoint -> resume on CPU; a GPU-shaped checkpoint (8 CUDA RNG states) resumes",
+     ["tests/test_checkpoint.py::test_rng_state_survives_a_checkpoint",
+      "tests/test_checkpoint.py::test_a_checkpoint_from_an_8_gpu_job_resumes_where_fewer_are_visible",
+      "tests/test_learner.py::test_learner_state_dict_round_trip_continues_identically",
+      "tests/test_resume.py::test_a_requeued_run_may_land_on_other_hardware"]),
+    ("NaN reward: step skipped, counted, weights unchanged (V1, V3)",
+     ["tests/test_nonfinite.py::test_a_nan_reward_skips_the_world_model_step_counts_it_and_leaves_its_weights"
+      f"[{algo}-cpu]" for algo in ("dreamer_v1", "dreamer_v3")]),
+    ("workers' policy tensors all on the collector device (V1, V3; states, pixels)",
+     ["tests/test_collectors.py::test_what_workers_receive_holds_no_tensor_off_the_collector_device"]),
+    ("replay: page-locked exactly; staged gather, side stream + event (CUDA stood in for)",
+     ["tests/test_replay.py::test_pinned_storage_locks_exactly_its_bytes_in_place",
+      "tests/test_replay.py::test_a_restored_pinned_replay_is_page_locked_again",
+      "tests/test_replay.py::test_a_gpu_learner_gets_the_samples_upstream_would_give",
+      "tests/test_replay.py::test_staged_sampling_gathers_into_reused_staging_batches_and_waits_on_events_not_the_host",
+      "tests/test_replay.py::test_with_prefetch_threads_no_staged_batch_is_overwritten_before_its_copy",
+      "tests/test_replay.py::test_a_staged_replay_checkpoints_its_prefetched_batches_without_events"]),
+    ("replay size checked per node, against cgroup memory limits and VRAM",
+     ["tests/test_replay.py::test_check_capacity_counts_every_learner_on_the_node_against_the_cgroup_limit",
+      "tests/test_replay.py::test_check_capacity_of_storage_on_a_gpu_is_against_its_free_memory",
+      "tests/test_memory.py::test_a_job_cgroup_limit_above_the_process_cgroup_counts",
+      "tests/test_memory.py::test_available_host_memory_is_the_smaller_of_free_ram_and_the_cgroup_headroom"]),
+    ("weight push to workers never waits (staged copy + event, deferred publish)",
+     ["tests/test_collectors.py::test_a_weight_push_publishes_without_waiting_and_defers_while_workers_are_busy",
+      "tests/test_collectors.py::test_a_gpu_learners_push_copies_on_its_stream_and_publishes_after_the_event",
+      "tests/test_collectors.py::test_a_worker_dead_before_acknowledging_is_reported_not_waited_for"]),
+    ("workers and threads from CPU affinity, cgroup quota, ranks per node",
+     ["tests/test_cpus.py"]),
+    ("device=cuda mistakes are one line; autocast picks native bf16 only; TF32 / cudnn settings",
+     ["tests/test_device.py::test_cuda_on_a_cpu_only_torch_is_one_line",
+      "tests/test_device.py::test_cuda_without_a_visible_gpu_is_one_line",
+      "tests/test_device.py::test_a_cuda_index_past_the_last_gpu_is_one_line",
+      "tests/test_device.py::test_auto_autocast_never_picks_emulated_bf16",
+      "tests/test_device.py::test_cuda_math_settings_on_cuda_and_the_key_that_turns_them_off",
+      "tests/test_device.py::test_a_fixed_gpu_index_under_torchrun_is_refused"]),
+    ("CUDA graphs only on the explicit ask; collectors on CUDA refused",
+     ["tests/test_config.py::test_a_compile_mode_that_brings_cuda_graphs_needs_the_explicit_ask",
+      "tests/test_config.py::test_the_cuda_graph_modes_are_the_ones_torch_says_bring_cuda_graphs",
+      "tests/test_config.py::test_collectors_on_cuda_are_refused_in_one_line"]),
+    ("MUJOCO_GL probed in order; each rank renders on its own GPU under EGL",
+     ["tests/test_rendering.py::test_egl_is_used_headless_when_it_renders",
+      "tests/test_rendering.py::test_osmesa_is_the_fallback_when_egl_does_not_render",
+      "tests/test_rendering.py::test_each_rank_renders_on_its_own_gpu_under_egl"]),
+    ("timing waits for CUDA work (device clock)",
+     ["tests/test_timing.py"]),
+]
+
+# (check, pytest node ids) that need CUDA: each skips with a reason elsewhere.
+CUDA_TESTS = [
+    ("compiled V1/V3 updates on CUDA: no sync (sync-debug error), no re-trace, bf16 where native",
+     ["tests/test_device.py::test_compiled_updates_on_cuda_never_sync_and_never_trace_again"]),
+    ("eager V1/V3 updates on CUDA: no sync (sync-debug error)",
+     ["tests/test_learner.py::test_cuda_update_is_sync_free",
+      "tests/test_learner_v3.py::test_v3_cuda_update_is_sync_free"]),
+    ("replay on CUDA: pinned storage, staged samples equal upstream's, no sync",
+     ["tests/test_replay.py::test_page_locked_memory_is_pinned_for_cuda_and_copies_asynchronously",
+      "tests/test_replay.py::test_on_a_gpu_samples_match_upstream_and_sampling_never_syncs"]),
+    ("weight push from CUDA: no sync, the weights of its moment",
+     ["tests/test_collectors.py::test_a_gpu_learners_weight_push_never_syncs_and_delivers_the_weights_of_its_moment"]),
+    ("NaN reward on CUDA: step skipped, counted, weights unchanged (V1, V3)",
+     ["tests/test_nonfinite.py::test_a_nan_reward_skips_the_world_model_step_counts_it_and_leaves_its_weights"
+      f"[{algo}-cuda]" for algo in ("dreamer_v1", "dreamer_v3")]),
+    ("pixel transforms on CUDA match the CPU's",
+     ["tests/test_transforms.py::test_pixel_preprocess_cuda_matches_cpu"]),
+]
+
+GPU_RUN_CHECKS = [
+    "page-locked replay memory: resident bytes = replay size (no power-of-two rounding)",
+    "smoke on CUDA, 2 workers: only the learner holds a CUDA context",
+    "smoke on CUDA: steady updates/s, compile off/default x autocast off/auto",
+    "V3 size12m on DMC pixels (~200 updates): updates/s, first update, memory",
+    "profiled window: no device-to-host copy or synchronize inside an update",
+    "checkpoint on the GPU -> resume on the GPU and on the CPU",
+    "checkpoint with 2 GPUs -> resume with 1 visible",
+    "torchrun on 2 GPUs: max_param_divergence == 0, updates/s against 1 GPU",
+]
+
+
+@dataclass
+class Result:
+    check: str
+    status: str
+    detail: str = ""
+    seconds: float = 0.0
+
+
+def _print(result: Result) -> None:
+    detail = f"  ({result.detail})" if result.detail else ""
+    print(f"{result.status} {result.check}{detail}", flush=True)
+
+
+# -- pytest -----------------------------------------------------------------------
+
+
+def _junit_outcomes(path: Path) -> dict[str, tuple[str, str]]:
+    """node id -> (passed | failed | skipped, first line of its message) from pytest's JUnit XML."""
+    outcomes = {}
+    for case in ET.parse(path).iter("testcase"):
+        node = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
+        status, message = "passed", ""
+        for tag, meaning in (("failure", "failed"), ("error", "failed"), ("skipped", "skipped")):
+            found = case.find(tag)
+            if found is not None:
+                status, message = meaning, (found.get("message") or tag).strip().splitlines()[0][:200]
+                break
+        outcomes[node] = (status, message)
+    return outcomes
+
+
+def run_pytest(checks: list[tuple[str, list[str]]], workdir: Path, *, require_all_run: bool) -> list[Result]:
+    """One pytest process for every node id; one Result per check (see :func:`judge`)."""
+    nodes = [node for _, ids in checks for node in ids]
+    junit = workdir / f"junit_{len(list(workdir.glob('junit_*')))}.xml"
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *nodes],
+        cwd=REPO, capture_output=True, text=True, env=_env(), stdin=subprocess.DEVNULL,
+    )
+    if not junit.exists():  # pytest stopped before running (e.g. a node id that no longer exists)
+        reason = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or [f"pytest exit code {proc.returncode}"]
+        return [Result(name, FAIL, f"pytest ran nothing: {reason[0][:200]}") for name, _ in checks]
+    results = judge(checks, _junit_outcomes(junit), require_all_run=require_all_run)
+    for result in results:
+        result.seconds = (time.perf_counter() - started) / len(results)
+    return results
+
+
+def judge(checks: list[tuple[str, list[str]]], outcomes: dict[str, tuple[str, str]], *,
+          require_all_run: bool) -> list[Result]:
+    """A check passes when its tests ran and none failed. A skipped test makes it SKIP
+    when nothing else ran, or FAIL with ``require_all_run`` (on a CUDA machine the
+    CUDA tests must run); a test that did not run at all (renamed?) makes it FAIL."""
+    results = []
+    for name, ids in checks:
+        mine = {node: outcome for node, outcome in outcomes.items()
+                if any(node == i or node.startswith(i + "[") or (i.endswith(".py") and node.startswith(i + "::"))
+                       for i in ids)}
+        missing = [i for i in ids if not any(n == i or n.startswith(i + "[") or n.startswith(i + "::") for n in mine)]
+        failed = [f"{node.split('::')[-1]}: {msg}" for node, (status, msg) in mine.items() if status == "failed"]
+        skipped = [msg for status, msg in mine.values() if status == "skipped"]
+        passed = sum(status == "passed" for status, _ in mine.values())
+        if missing:
+            results.append(Result(name, FAIL, f"did not run (renamed or removed?): {', '.join(missing)}"[:400]))
+        elif failed:
+            results.append(Result(name, FAIL, "; ".join(failed)[:400]))
+        elif skipped and (require_all_run or not passed):
+            results.append(Result(name, FAIL if require_all_run else SKIP, f"skipped: {skipped[0]}"))
+        else:
+            results.append(Result(name, PASS, f"{passed} test(s)"))
+    return results
+
+
+# -- runs of python -m dreamer ------------------------------------------------------
+
+
+def _env(**extra: str) -> dict:
+    env = {**os.environ, "SDL_VIDEODRIVER": "dummy", **extra}
+    env.pop("HYDRA_FULL_ERROR", None)
+    return env
+
+
+QUIET = ("logger.progress_bar=false", "eval.video=false")
+
+
+def run_dreamer(run_dir: Path, *overrides: str, timeout: float = 900, env: dict | None = None,
+                launcher: tuple[str, ...] = ("-m", "dreamer"), on_start=None, summary_dir: Path | None = None) -> dict:
+    """``python -m dreamer`` with ``overrides`` into ``run_dir``; returns the summary.json
+    of ``summary_dir`` (a resumed run's own directory), else of ``run_dir``. Raises
+    RuntimeError with the last error line when it fails; its output goes to ``run_dir``.log.
+    ``on_start(proc, run_dir)`` runs in a thread while the run runs (to watch it)."""
+    cmd = [sys.executable, *launcher, *QUIET, f"hydra.run.dir={run_dir}", *overrides]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env or _env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, stdin=subprocess.DEVNULL)
+    # The watcher runs beside communicate(): the run's output pipes must be drained meanwhile.
+    watcher = threading.Thread(target=on_start, args=(proc, run_dir), daemon=True) if on_start else None
+    try:
+        if watcher is not None:
+            watcher.start()
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    finally:
+        if watcher is not None:
+            watcher.join(timeout=10)
+    (run_dir.parent / f"{run_dir.name}.log").write_text(out + err)
+    if proc.returncode != 0:
+        last = [line for line in err.splitlines() if line.strip()][-1:] or [f"exit code {proc.returncode}"]
+        raise RuntimeError(f"exit {proc.returncode}: {last[0][:300]}")
+    summary = (summary_dir or run_dir) / "summary.json"
+    return json.loads(summary.read_text()) if summary.exists() else {}
+
+
+def _log_text(run_dir: Path) -> str:
+    path = run_dir.parent / f"{run_dir.name}.log"
+    return path.read_text() if path.exists() else ""
+
+
+def _maps_a_gpu(pid: int) -> bool:
+    """Whether the process has a CUDA context: it maps a GPU's device file (/dev/nvidiaN).
+    Works inside containers, where nvidia-smi shows the host's pids."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+    return re.search(r"/dev/nvidia\d+", maps) is not None
+
+
+def _spawned_children(pid: int) -> list[int]:
+    import psutil
+
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if any("spawn_main" in part for part in child.cmdline()):
+                found.append(child.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+# -- the GPU checks ------------------------------------------------------------------
+
+
+def check_page_locked_replay(workdir: Path) -> Result:
+    """In a fresh process: allocate a page-locked replay storage of ~2.2 GiB (the
+    caching host allocator would round it to 4 GiB) and compare resident growth."""
+    code = r"""
+import json, psutil, torch
+from tensordict import TensorDict
+from torchrl_ext import PinnedLazyTensorStorage
+torch.cuda.init()
+step = TensorDict({"pixels": torch.zeros(64, 64, 3, dtype=torch.uint8), "reward": torch.zeros(1)}, [])
+capacity = 180_000
+before = psutil.Process().memory_info().rss
+storage = PinnedLazyTensorStorage(capacity, pin_memory=True)
+storage.set(slice(0, 1), step.unsqueeze(0))
+after = psutil.Process().memory_info().rss
+leaves = list(storage._storage.values(True, True))
+print(json.dumps({"exact": sum(t.numel() * t.element_size() for t in leaves), "grown": after - before,
+                  "pinned": all(t.is_pinned() for t in leaves)}))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=_env(),
+                          timeout=600)
+    if proc.returncode != 0:
+        return Result(GPU_RUN_CHECKS[0], FAIL, proc.stderr.strip().splitlines()[-1][:300])
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    exact, grown = got["exact"], got["grown"]
+    rounded = 2 ** math.ceil(math.log2(exact))
+    detail = (f"replay {exact / 2**30:.2f} GiB, resident growth {grown / 2**30:.2f} GiB, power-of-two rounding "
+              f"would lock {rounded / 2**30:.2f} GiB; pinned={got['pinned']}")
+    ok = got["pinned"] and exact * 0.95 <= grown <= exact + 0.25 * (rounded - exact)
+    return Result(GPU_RUN_CHECKS[0], PASS if ok else FAIL, detail)
+
+
+def check_smoke_runs(workdir: Path, results: dict) -> list[Result]:
+    """The smoke matrix on CUDA; the first run also checks the workers' CUDA contexts
+    and leaves a run directory for the resume checks."""
+    out = []
+    contexts: dict = {}
+
+    def watch_contexts(proc, run_dir):
+        # Once it learns (workers long started), look at every process of the run.
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and time.monotonic() < deadline:
+            metrics = run_dir / "metrics.jsonl"
+            if metrics.exists() and "updates" in metrics.read_text():
+                workers = _spawned_children(proc.pid)
+                contexts.update(learner=_maps_a_gpu(proc.pid), workers={p: _maps_a_gpu(p) for p in workers})
+                return
+            time.sleep(0.5)
+
+    rates = {}
+    first_dir = None
+    for compile_choice in ("off", "default"):
+        for autocast in ("off", "auto"):
+            run_dir = workdir / f"smoke_compile-{compile_choice}_autocast-{autocast}"
+            overrides = ("experiment=smoke", "device=cuda", "collector.num_workers=2", f"compile={compile_choice}",
+                         f"autocast={autocast}", "train.total_frames=1000", "logger.log_every=20")
+            try:
+                summary = run_dreamer(run_dir, *overrides, on_start=watch_contexts if first_dir is None else None)
+            except (RuntimeError, subprocess.TimeoutExpired) as err:
+                rates[f"compile={compile_choice} autocast={autocast}"] = f"failed: {err}"
+                continue
+            if first_dir is None:
+                first_dir = run_dir
+            rates[f"compile={compile_choice} autocast={autocast}"] = round(summary.get("updates_per_s") or 0, 2)
+    results["smoke_updates_per_s"] = rates
+    results["smoke_run_dir"] = str(first_dir) if first_dir else None
+    if not contexts:
+        out.append(Result(GPU_RUN_CHECKS[1], FAIL, "the run never reached its first logged update"))
+    else:
+        with_context = [pid for pid, has in contexts["workers"].items() if has]
+        ok = contexts["learner"] and contexts["workers"] and not with_context
+        out.append(Result(GPU_RUN_CHECKS[1], PASS if ok else FAIL,
+                          f"learner maps a GPU: {contexts['learner']}; {len(contexts['workers'])} worker(s), "
+                          f"{len(with_context)} with a CUDA context"))
+    failed = [k for k, v in rates.items() if isinstance(v, str)]
+    out.append(Result(GPU_RUN_CHECKS[2], FAIL if failed else PASS,
+                      "; ".join(f"{k}: {v}" for k, v in rates.items())))
+    return out
+
+
+def check_dmc_v3(workdir: Path, results: dict) -> Result:
+    run_dir = workdir / "dmc_vision_size12m"
+    peak_rss = {"bytes": 0}
+
+    def watch_rss(proc, _run_dir):
+        import psutil
+
+        learner = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            try:
+                peak_rss["bytes"] = max(peak_rss["bytes"], learner.memory_info().rss)
+            except psutil.Error:
+                return
+            time.sleep(1.0)
+
+    try:
+        # 1100 random agent steps fill more than one 16 x 64 batch; 0.5 updates per
+        # agent step after that: about 200 updates by 1500 agent steps (3000 frames).
+        summary = run_dreamer(run_dir, "experiment=dmc_vision", "model=size12m", "device=cuda",
+                              "collector.num_workers=4", "collector.init_random_frames=1100",
+                              "train.total_frames=3000", "eval.every=100000", "eval.episodes=1",
+                              "checkpoint.every=100000", on_start=watch_rss, timeout=1500)
+    except (RuntimeError, subprocess.TimeoutExpired) as err:
+        return Result(GPU_RUN_CHECKS[3], FAIL, str(err))
+    match = re.search(r"replay: (\d+) steps x (\d+) bytes = ([\d.]+) GiB of host memory, (\S+)", _log_text(run_dir))
+    if match is None:
+        return Result(GPU_RUN_CHECKS[3], FAIL, "no 'replay: ...' line in the run's log")
+    replay_bytes = int(match.group(1)) * int(match.group(2))
+    figures = {"updates": summary.get("updates"), "updates_per_s": summary.get("updates_per_s"),
+               "frames_per_s": summary.get("frames_per_s"),
+               "first_update_s": summary.get("compile_warmup_s"), "random_phase_s": summary.get("random_phase_s"),
+               "replay_gib": round(replay_bytes / 2**30, 2), "replay_memory": match.group(4),
+               "peak_rss_gib": round(peak_rss["bytes"] / 2**30, 2)}
+    results["dmc_vision_size12m"] = figures
+    # Page-locked storage is resident from its first write on (locking faults every page in).
+    ok = (summary.get("updates") or 0) >= 100 and match.group(4) == "page-locked" and \
+        peak_rss["bytes"] >= 0.95 * replay_bytes
+    return Result(GPU_RUN_CHECKS[3], PASS if ok else FAIL, str(figures))
+
+
+def check_profiled_window(workdir: Path) -> Result:
+    sys.path.insert(0, str(REPO / "scripts"))
+    from analyze_trace import iter_events
+
+    run_dir = workdir / "smoke_profiled"
+    traces = workdir / "traces"
+    try:
+        run_dreamer(run_dir, "experiment=smoke", "device=cuda", "collector.num_workers=2", "compile=off",
+                    "train.total_frames=800", "logger.log_every=1000", "eval.every=100000",
+                    "checkpoint.every=100000", "collector.weight_sync_every=4",
+                    env=_env(PROF_ENABLED="1", PROF_ITERATIONS="30-40", PROF_OUTPUT_DIR=str(traces)))
+    except (RuntimeError, subprocess.TimeoutExpired) as err:
+        return Result(GPU_RUN_CHECKS[4], FAIL, str(err))
+    trace = traces / "learner_trace.json"
+    if not trace.exists():
+        return Result(GPU_RUN_CHECKS[4], FAIL, "no learner trace written")
+    ranges, runtime, copies = [], [], []
+    for event in iter_events(trace):
+        if event.get("ph") != "X":
+            continue
+        name, cat = event.get("name", ""), event.get("cat", "")
+        span = (event["pid"], event["tid"], float(event["ts"]), float(event["ts"]) + float(event.get("dur", 0)))
+        if re.fullmatch(r"## train/.+ ##", name):
+            ranges.append(span)
+        elif cat == "cuda_runtime":
+            runtime.append((name, span, (event.get("args") or {}).get("correlation")))
+        elif cat == "gpu_memcpy" and "DtoH" in name:
+            copies.append((event.get("args") or {}).get("correlation"))
+
+    def inside(span):
+        return any(span[0] == r[0] and span[1] == r[1] and r[2] <= span[2] <= r[3] for r in ranges)
+
+    dtoh = set(copies)
+    # A host wait shows as a runtime call (.item() on a CUDA tensor: cudaMemcpyAsync, then
+    # cudaStreamSynchronize); a plain cudaMemcpy waits too. CPU ops (the sampler's index
+    # arithmetic) are no sync and are not counted.
+    syncs = [name for name, span, _ in runtime if inside(span) and (name.endswith("Synchronize") or name == "cudaMemcpy")]
+    dtoh_inside = [name for name, span, corr in runtime if inside(span) and corr in dtoh]
+    if not ranges:
+        return Result(GPU_RUN_CHECKS[4], FAIL, "no '## train/... ##' range in the trace")
+    ok = not syncs and not dtoh_inside
+    return Result(GPU_RUN_CHECKS[4], PASS if ok else FAIL,
+                  f"{len(ranges)} update ranges; {len(syncs)} sync call(s) {sorted(set(syncs))[:4]}, "
+                  f"{len(dtoh_inside)} device-to-host copies inside them")
+
+
+def check_resume(workdir: Path, smoke_dir: str | None) -> Result:
+    if smoke_dir is None:
+        return Result(GPU_RUN_CHECKS[5], FAIL, "no finished smoke run on CUDA to resume")
+    run_dir = Path(smoke_dir)
+    try:
+        on_gpu = run_dreamer(workdir / "resume_gpu", "experiment=smoke", f"resume={run_dir}",
+                             "train.total_frames=1300", "device=cuda", summary_dir=run_dir)
+        on_cpu = run_dreamer(workdir / "resume_cpu", "experiment=smoke", f"resume={run_dir}",
+                             "train.total_frames=1500", "device=cpu", "collector.num_workers=1", summary_dir=run_dir)
+    except (RuntimeError, subprocess.TimeoutExpired) as err:
+        return Result(GPU_RUN_CHECKS[5], FAIL, str(err))
+    ok = on_gpu.get("frames", 0) >= 1300 and on_cpu.get("frames", 0) >= 1500
+    return Result(GPU_RUN_CHECKS[5], PASS if ok else FAIL,
+                  f"frames after the GPU resume {on_gpu.get('frames')}, after the CPU resume {on_cpu.get('frames')}")
+
+
+def check_fewer_gpus(workdir: Path, gpus: int) -> Result:
+    if gpus < 2:
+        return Result(GPU_RUN_CHECKS[6], SKIP, f"needs 2 GPUs, {gpus} visible")
+    run_dir = workdir / "smoke_2gpus"
+    try:
+        run_dreamer(run_dir, "experiment=smoke", "device=cuda", "compile=off", "train.total_frames=600",
+                    env=_env(CUDA_VISIBLE_DEVICES="0,1"))
+        resumed = run_dreamer(workdir / "resume_1gpu", "experiment=smoke", f"resume={run_dir}",
+                              "train.total_frames=900", "device=cuda", env=_env(CUDA_VISIBLE_DEVICES="0"),
+                              summary_dir=run_dir)
+    except (RuntimeError, subprocess.TimeoutExpired) as err:
+        return Result(GPU_RUN_CHECKS[6], FAIL, str(err))
+    ok = resumed.get("frames", 0) >= 900
+    return Result(GPU_RUN_CHECKS[6], PASS if ok else FAIL, f"frames after the resume {resumed.get('frames')}")
+
+
+def check_torchrun(workdir: Path, gpus: int, results: dict) -> Result:
+    if gpus < 2:
+        return Result(GPU_RUN_CHECKS[7], SKIP, f"needs 2 GPUs, {gpus} visible")
+    common = ("experiment=smoke", "device=cuda", "compile=off", "train.total_frames=1000")
+    try:
+        two = run_dreamer(workdir / "torchrun_2gpus", *common, env=_env(CUDA_VISIBLE_DEVICES="0,1"),
+                          launcher=("-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "dreamer"))
+        one = run_dreamer(workdir / "torchrun_1gpu", *common, env=_env(CUDA_VISIBLE_DEVICES="0"))
+    except (RuntimeError, subprocess.TimeoutExpired) as err:
+        return Result(GPU_RUN_CHECKS[7], FAIL, str(err))
+    divergence = two.get("max_param_divergence")
+    results["torchrun"] = {"updates_per_s_2gpus": two.get("updates_per_s"), "updates_per_s_1gpu": one.get("updates_per_s"),
+                           "max_param_divergence": divergence}
+    return Result(GPU_RUN_CHECKS[7], PASS if divergence == 0 else FAIL, str(results["torchrun"]))
+
+
+# -- main ----------------------------------------------------------------------------
+
+
+def cuda_state() -> tuple[int, str]:
+    """(visible GPUs, why none when 0)."""
+    import torch
+
+    if torch.version.cuda is None:
+        return 0, f"torch {torch.__version__} is a CPU-only build"
+    if not torch.cuda.is_available():
+        return 0, "no CUDA device is visible"
+    return torch.cuda.device_count(), ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--cpu-only", action="store_true", help="run the CPU-provable subset only")
+    parser.add_argument("--keep", type=Path,
+                        help="keep the runs' directories under DIR/<date-time> (default: a temporary directory)")
+    args = parser.parse_args(argv)
+
+    gpus, why_not = cuda_state()
+    import torch
+
+    machine = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpus": gpus,
+               "gpu_name": torch.cuda.get_device_name(0) if gpus else None}
+    if not gpus:
+        print(f"no CUDA here ({why_not}): running the CPU-provable subset; the GPU checks are skipped", flush=True)
+    elif args.cpu_only:
+        print(f"{gpus} GPU(s) ({machine['gpu_name']}), --cpu-only: running the CPU-provable subset", flush=True)
+    else:
+        print(f"{gpus} GPU(s): {machine['gpu_name']}, torch {torch.__version__}, CUDA {torch.version.cuda}", flush=True)
+
+    results: list[Result] = []
+    figures: dict = {}
+    workdir_context = tempfile.TemporaryDirectory(prefix="gpu_check_") if args.keep is None else None
+    # A fresh directory per invocation: a run refuses a directory holding another run's checkpoints.
+    workdir = Path(workdir_context.name) if workdir_context else args.keep / time.strftime("%Y%m%d-%H%M%S")
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        for result in run_pytest(CPU_CHECKS, workdir, require_all_run=False):
+            results.append(result)
+            _print(result)
+        gpu_checks = [name for name, _ in CUDA_TESTS] + GPU_RUN_CHECKS
+        if not gpus or args.cpu_only:
+            reason = why_not if not gpus else "--cpu-only"
+            for name in gpu_checks:
+                results.append(Result(name, SKIP, reason))
+                _print(results[-1])
+        else:
+            for result in run_pytest(CUDA_TESTS, workdir, require_all_run=True):
+                results.append(result)
+                _print(result)
+            steps = [
+                lambda: [check_page_locked_replay(workdir)],
+                lambda: check_smoke_runs(workdir, figures),
+                lambda: [check_dmc_v3(workdir, figures)],
+                lambda: [check_profiled_window(workdir)],
+                lambda: [check_resume(workdir, figures.get("smoke_run_dir"))],
+                lambda: [check_fewer_gpus(workdir, gpus)],
+                lambda: [check_torchrun(workdir, gpus, figures)],
+            ]
+            for step, first_name in zip(steps, [GPU_RUN_CHECKS[0], GPU_RUN_CHECKS[1], *GPU_RUN_CHECKS[3:]]):
+                started = time.perf_counter()
+                try:
+                    produced = step()
+                except Exception as err:  # noqa: BLE001 -- one check's crash is its FAIL line, not the script's
+                    produced = [Result(first_name, FAIL, f"{type(err).__name__}: {err}"[:400])]
+                for result in produced:
+                    result.seconds = time.perf_counter() - started
+                    results.append(result)
+                    _print(result)
+    finally:
+        if workdir_context is not None:
+            workdir_context.cleanup()
+    failed = [r for r in results if r.status == FAIL]
+    counts = {s: sum(r.status == s for r in results) for s in (PASS, FAIL, SKIP)}
+    print(f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"machine": machine, "results": [asdict(r) for r in results],
+                                         "figures": figures, "counts": counts}, indent=2))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
