@@ -147,6 +147,10 @@ def mapping(cfg, threads: int) -> list[Mapped]:
                "both sides also get OMP_NUM_THREADS"),
         Mapped("metrics", "every update's metrics kept as device tensors", ["metric.log_level=1"],
                "sheeprl's default: its aggregator is updated every update"),
+        Mapped("host memory", f"retain_host_memory={cfg.retain_host_memory} (set at start, as the app's learner)",
+               [], "sheeprl: glibc's malloc defaults"),
+        Mapped("batches", "a replay filled by a rollout of our acting policy; replay.sample() untimed", [],
+               "sheeprl: windows of a random-action rollout, time first; untimed"),
         Mapped("seed", f"seed={cfg.seed}", [f"seed={cfg.seed}"]),
     ]
 
