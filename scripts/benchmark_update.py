@@ -40,8 +40,9 @@ def compose(overrides: list[str]):
         return load_config(hydra_compose("config", overrides=overrides))
 
 
-def build(cfg):
-    """Learner and a filled replay buffer (prefetch off: nothing runs beside the timing)."""
+def build(cfg, fill_steps: int | None = None):
+    """Learner and a replay buffer filled by ``fill_steps`` steps of the acting policy (default: 4 batches,
+    at least 1000); prefetch off: nothing runs beside the timing."""
     from dreamer.algos.registry import algorithm
     from dreamer.data.replay import make_replay_buffer, write
     from dreamer.envs.factory import close_env, make_env
@@ -53,7 +54,7 @@ def build(cfg):
     models = build_models(cfg.algo, cfg.env, env, cpu)
     learner = learner_cls(cfg.algo, cfg.compile, models, cpu, batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length)
     replay = make_replay_buffer(cfg.buffer, cpu)
-    steps = max(4 * cfg.buffer.batch_size * cfg.buffer.batch_length, 1000)
+    steps = fill_steps or max(4 * cfg.buffer.batch_size * cfg.buffer.batch_length, 1000)
     with torch.no_grad():
         rollout = env.rollout(steps, models.policy(explore=True), break_when_any_done=False)
     rollout["collector", "traj_ids"] = torch.zeros(rollout.shape[0], dtype=torch.long)

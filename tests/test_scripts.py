@@ -1,10 +1,14 @@
 """Every script in scripts/ answers --help (DESIGN: each is runnable with --help).
 
 Each script's --help runs in-process (runpy, as `python SCRIPT --help` runs it); one
-runs as its own process, so a script that only works imported would still be caught."""
+runs as its own process, so a script that only works imported would still be caught.
+scripts/benchmark_peers.py also runs ours at a tiny setting, and says how to install a
+missing sheeprl (no test needs sheeprl)."""
 
 from __future__ import annotations
 
+import json
+import os
 import runpy
 import subprocess
 import sys
@@ -32,3 +36,48 @@ def test_a_script_answers_help_as_its_own_process():
                             timeout=120, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.lower().startswith("usage:") and len(result.stdout.splitlines()) > 3
+
+
+# -- scripts/benchmark_peers.py: ours against sheeprl; no test needs sheeprl ---------------------------------
+PEERS = Path(__file__).resolve().parents[1] / "scripts" / "benchmark_peers.py"
+
+
+def _peers(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(PEERS), *args], capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL, env=env)
+
+
+def test_benchmark_peers_times_ours_alone_and_writes_the_speedup_keys(tmp_path):
+    out = tmp_path / "peers.json"
+    result = _peers("--configs", "pendulum", "--sides", "ours_eager", "--rounds", "1", "--reps", "1",
+                    "--warmup", "0", "--fill-steps", "200", "--overrides", "buffer.batch_length=4", "algo.imagination_horizon=2",
+                    "--json", str(out))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    # The mapping is read from our composed config: our overrides reach sheeprl's settings.
+    assert "algo.per_rank_sequence_length=4" in result.stdout and "algo.horizon=2" in result.stdout
+    report = json.loads(out.read_text())
+    for config in ("pendulum", "size1m"):
+        for variant in ("", "_eager", "_compiled"):
+            assert f"speedup_vs_sheeprl_{config}{variant}" in report
+    assert report["speedup_vs_sheeprl_pendulum"] is None  # sheeprl did not run
+    pendulum = report["configs"]["pendulum"]
+    assert pendulum["shipped"] == "eager"  # experiment=pendulum ships with compile off
+    assert pendulum["ours_eager_s"] > 0 and pendulum["ours_shipped_s"] == pendulum["ours_eager_s"]
+    assert pendulum["sheeprl_s"] is None and pendulum["ours_compiled_s"] is None
+    params = pendulum["params"]["ours_eager"]
+    assert set(params) >= {"encoder", "decoder", "reward", "continue", "actor", "critic"}
+    assert all(count > 0 for count in params.values())
+
+
+def test_benchmark_peers_without_sheeprl_says_how_to_install_it_and_exits_2(tmp_path):
+    # A sheeprl that fails to import stands in for a missing one, whether or not this venv has it.
+    shadow = tmp_path / "shadow" / "sheeprl"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'sheeprl'\", name='sheeprl')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(shadow.parent),
+                                                                      os.environ.get("PYTHONPATH")]))}
+    result = _peers("--configs", "pendulum", env=env)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert "sheeprl==0.8.4" in lines[0] and "pip install -c" in lines[0] and "[peers]" in lines[0]
