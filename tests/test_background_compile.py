@@ -66,3 +66,44 @@ def test_only_single_process_compiled_runs_compile_in_the_background():
     assert not compiles_in_background(cfg, Ranks())
     cfg.compile.enabled, cfg.compile.background = False, True
     assert not compiles_in_background(cfg, Ranks())
+
+
+class FakeBackground:
+    """Stands in for the child: done after ``ready_after`` polls."""
+
+    def __init__(self, ready_after: int, seen_threads: list):
+        self.polls, self.ready_after, self.seen_threads = 0, ready_after, seen_threads
+
+    def poll(self):
+        self.seen_threads.append(torch.get_num_threads())
+        self.polls += 1
+        return {"seconds": 3.0, "wall_s": 4.0} if self.polls > self.ready_after else None
+
+    def cancel(self):
+        pass
+
+
+def test_the_learner_yields_a_thread_while_the_child_compiles_and_swaps_losses_in_after(tmp_path, monkeypatch):
+    from test_trainer import fake_run
+
+    from dreamer.report.evaluation import EvalResult
+    from dreamer.run import trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "evaluate", lambda *a, **k: EvalResult([1.0, 3.0]))
+    seen_threads: list[int] = []
+    monkeypatch.setattr(trainer_module, "compiles_in_background", lambda cfg, ranks: True)
+    monkeypatch.setattr(trainer_module, "BackgroundCompile",
+                        lambda *args, **kwargs: FakeBackground(ready_after=3, seen_threads=seen_threads))
+    run, calls = fake_run(tmp_path)
+    run.learner.autocast_dtype = None
+    run.learner.compile = lambda: calls.update(["learner.compile"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        result = trainer_module.Trainer(run).run()
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(threads)
+    assert seen_threads[:3] == [1, 1, 1] and after == 2  # one thread for the child's core, then back
+    assert calls["learner.compile"] == 1 and calls["update"] == result.updates
+    assert run.logger.summary["compiled_from_update"] == 4 and run.logger.summary["compile_warmup_s"] == 3.0

@@ -6,6 +6,7 @@ import logging
 import time
 from pathlib import Path
 
+import torch
 import tqdm
 from torch.profiler import record_function
 
@@ -153,6 +154,13 @@ class Trainer:
                 r.cfg, r.device, r.learner.autocast_dtype, r.replay.sample(), r.run_dir,
             )
             r.teardown.callback(self.background.cancel)  # a run that ends first stops it
+            # The child takes a core: give it one of the learner's threads meanwhile.
+            # Intra-op threads that outnumber the free cores wait at every barrier for
+            # a descheduled sibling (a 2-thread learner beside one busy process ran
+            # 100x slower on 2 cores: docs/PERFORMANCE.md).
+            self.learner_threads = torch.get_num_threads()
+            if self.learner_threads > 1:
+                torch.set_num_threads(self.learner_threads - 1)
         else:
             seconds = r.learner.warmup(r.replay.sample())
             n.timers["compile_warmup_s"] = seconds
@@ -169,6 +177,7 @@ class Trainer:
         if result is None:
             return
         self.background = None
+        torch.set_num_threads(self.learner_threads)  # the child's core is free again
         if "error" in result:
             log.warning("background compile failed, the losses stay eager: %s", result["error"])
             return
