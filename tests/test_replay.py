@@ -338,6 +338,9 @@ def test_sampled_sequences_stay_within_one_worker_and_are_consecutive(capacity, 
             next_step[w] = 0
         for _ in range(2):
             _check_sequences(rb.sample(), batch_size, batch_length)
+    # Prefetched samples still being drawn would consume the global RNG during the next test.
+    for future in tuple(rb._prefetch_queue):
+        future.result()
 
 
 def test_sequences_never_start_in_one_episode_and_end_in_the_next():

@@ -43,7 +43,13 @@ def _replay(done_at: int | None = None) -> TensorDict:
 
 
 def _loss(cls, slow_reg: float):
-    return cls(_value_model(0), value_loss="two_hot", num_value_bins=BINS, slow_critic_regularization=slow_reg)
+    model = _value_model(0)
+    # The same weights on both sides whatever else drew from the global RNG meanwhile.
+    model.load_state_dict(_SAME_WEIGHTS)
+    return cls(model, value_loss="two_hot", num_value_bins=BINS, slow_critic_regularization=slow_reg)
+
+
+_SAME_WEIGHTS = _value_model(0).state_dict()
 
 
 @pytest.mark.parametrize("slow_reg", [0.0, 1.0])

@@ -134,9 +134,9 @@ def save_checkpoint(run_dir: Path, state: dict, updates: int, keep: int) -> Path
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, final)
-    except (OSError, RuntimeError):
-        if recorder is not None and recorder.error is not None:
-            err = recorder.error
+    except (OSError, RuntimeError) as caught:
+        # torch.save may wrap the file's OSError in a RuntimeError: the recorder kept the original.
+        err = recorder.error if recorder is not None and recorder.error is not None else caught
         if not isinstance(err, OSError):
             raise
         previous = list_checkpoints(run_dir)
