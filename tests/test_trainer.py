@@ -358,3 +358,12 @@ def test_past_collector_max_restarts_the_run_ends_with_a_checkpoint_and_one_erro
     assert err == [f"error: collector worker 0 (exit code -9) died after 2 restarts (collector.max_restarts=2); "
                    f"check the env for crashes; final checkpoint {newest['path']}; continue with resume={tmp_path}"]
     assert calls["trace_window.finish"] == 1 and calls["logger.close"] == 1
+
+
+def test_a_run_that_ends_before_learning_starts_reports_no_throughput(tmp_path):
+    run, calls = fake_run(tmp_path, batches=3)
+    run.cfg.collector.init_random_frames = 10**6  # the replay never fills: no update, no steady phase
+    result = Trainer(run).run()
+    assert result.updates == 0 and calls["update"] == 0
+    # Was frames / 1e-9 s (billions of frames/s) once the final eval's time exceeded the phase's.
+    assert result.updates_per_s == 0.0 and result.frames_per_s == 0.0

@@ -239,8 +239,9 @@ class Trainer:
     def _rates(self) -> dict:
         """Updates and frames per second since the warm-up, eval time excluded."""
         n = self.r.counters
-        start = self.steady_start if self.steady_start is not None else time.perf_counter()
-        elapsed = max(time.perf_counter() - start - n.timers["eval_s"], 1e-9)
+        if self.steady_start is None:  # learning never started: no steady phase to rate
+            return {"updates_per_s": 0.0, "frames_per_s": 0.0}
+        elapsed = max(time.perf_counter() - self.steady_start - n.timers["eval_s"], 1e-9)
         return {"updates_per_s": (n.updates - self.updates0) / elapsed,
                 "frames_per_s": (n.frames - self.frames0) / elapsed}
 
