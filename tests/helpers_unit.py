@@ -319,3 +319,40 @@ def old_layout_config(new: dict, channels_last: bool) -> dict:
     old["algo"] = {**v1_only, **v3_only, **old["algo"]}
     old["channels_last"] = channels_last
     return old
+
+
+def load_script(name: str):
+    """scripts/<name>.py imported as a module (its functions under test)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(f"script_{name}", REPO_ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def learner_on(cfg: Config, device: torch.device, autocast_dtype: torch.dtype | None = None):
+    """(learner on ``device``, one batch of stored steps on ``device``): the acting
+    policy is built and rolled out on the CPU (as collectors do), the learner's
+    networks on ``device``, both from seed 0."""
+    from dreamer.algos.registry import algorithm
+    from dreamer.data.replay import stored_keys
+    from dreamer.envs.factory import make_env
+
+    build, learner_cls = algorithm(cfg.algo.name)
+    env = make_env(cfg.env, cfg.algo, seed=0)
+    try:
+        torch.manual_seed(0)
+        acting = build(cfg.algo, cfg.env, env, torch.device("cpu"))
+        with torch.no_grad():
+            rollout = env.rollout(cfg.buffer.batch_size * cfg.buffer.batch_length, acting.policy(explore=True),
+                                  break_when_any_done=False)
+        models = build(cfg.algo, cfg.env, env, device)
+    finally:
+        close_env(env)
+    batch = rollout.select(*stored_keys(models.obs_key), strict=False).to(device)
+    learner = learner_cls(cfg.algo, cfg.compile, models, device, batch_size=cfg.buffer.batch_size,
+                          batch_length=cfg.buffer.batch_length, autocast_dtype=autocast_dtype)
+    return learner, batch

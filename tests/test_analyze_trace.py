@@ -8,8 +8,7 @@ import sys
 
 import pytest
 import torch
-from helpers_unit import REPO_ROOT
-from test_profiling import load_analyzer
+from helpers_unit import REPO_ROOT, load_script
 from torch.profiler import ProfilerActivity, profile, record_function
 
 SCRIPT = REPO_ROOT / "scripts" / "analyze_trace.py"
@@ -59,7 +58,7 @@ def test_compare_prints_before_and_after(plain_trace, tmp_path):
 
 
 def test_streaming_across_chunk_boundaries_matches_a_full_load(plain_trace, monkeypatch):
-    analyzer = load_analyzer()
+    analyzer = load_script("analyze_trace")
     whole = json.loads(plain_trace.read_text())["traceEvents"]
     monkeypatch.setattr(analyzer, "CHUNK", 97)  # every event straddles a read
     assert list(analyzer.iter_events(plain_trace)) == whole
@@ -75,7 +74,7 @@ def test_compiled_kernels_are_told_apart_from_eager_ops(tmp_path):
     ]
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": events}))
-    summary = load_analyzer().summarize(path)
+    summary = load_script("analyze_trace").summarize(path)
     assert summary.kernels["triton kernels (compiled)"] == 1
     assert summary.kernels["compiled regions entered"] == 1
     assert summary.kernels["compiled graph calls"] == 1 and not summary.ranges  # not one of our ranges

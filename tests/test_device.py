@@ -86,32 +86,16 @@ def test_compiled_updates_on_cuda_never_sync_and_never_trace_again(algo, pixels)
     """Compiled (inductor) V1 and V3 updates under the autocast ``auto`` picks (bf16
     where the GPU runs it natively): after warm-up, updates make no host sync
     (sync-debug mode "error" raises on one) and trace no graph again."""
-    from helpers_unit import close_env, tiny_config
+    from helpers_unit import learner_on, tiny_config
     from torch._dynamo.utils import counters
 
-    from dreamer.algos.registry import ALGORITHMS
     from dreamer.config import validate
-    from dreamer.data.replay import stored_keys
-    from dreamer.envs.factory import make_env
 
     cfg = tiny_config(pixels=pixels, algo=algo)
     cfg.compile.enabled, cfg.compile.backend, cfg.compile.warmup_iters = True, "inductor", 1
     cfg = validate(cfg)
     device = torch.device("cuda")
-    build, learner_cls = ALGORITHMS[algo]
-    env = make_env(cfg.env, cfg.algo, seed=0)
-    try:
-        torch.manual_seed(0)
-        acting = build(cfg.algo, cfg.env, env, torch.device("cpu"))
-        with torch.no_grad():
-            rollout = env.rollout(cfg.buffer.batch_size * cfg.buffer.batch_length, acting.policy(explore=True),
-                                  break_when_any_done=False)
-        models = build(cfg.algo, cfg.env, env, device)
-    finally:
-        close_env(env)
-    batch = rollout.select(*stored_keys(models.obs_key), strict=False).to(device)
-    learner = learner_cls(cfg.algo, cfg.compile, models, device, batch_size=cfg.buffer.batch_size,
-                          batch_length=cfg.buffer.batch_length, autocast_dtype=resolve_autocast("auto", device))
+    learner, batch = learner_on(cfg, device, autocast_dtype=resolve_autocast("auto", device))
     learner.compile()
     learner.warmup(batch.clone())
     learner.update(batch.clone())  # optimiser state exists from here on

@@ -3,26 +3,19 @@ names every check, and a failed, skipped or missing test is never reported as a 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 
-from helpers_unit import REPO_ROOT
+from helpers_unit import REPO_ROOT, load_script
 
 SCRIPT = REPO_ROOT / "scripts" / "gpu_check.py"
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_cpu_subset_passes_and_the_report_lists_every_check(tmp_path):
-    gpu_check = _script()
+    gpu_check = load_script("gpu_check")
     report_path = tmp_path / "report.json"
     out = subprocess.run([sys.executable, str(SCRIPT), "--cpu-only", "--json", str(report_path)], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
@@ -43,7 +36,7 @@ def test_the_cpu_subset_passes_and_the_report_lists_every_check(tmp_path):
 
 def test_every_test_the_script_names_exists():
     """The CUDA-only tests only run on a GPU: a renamed one must not wait for a GPU to be noticed."""
-    gpu_check = _script()
+    gpu_check = load_script("gpu_check")
     nodes = [node for _, ids in gpu_check.CPU_CHECKS + gpu_check.CUDA_TESTS for node in ids]
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *nodes],
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
@@ -51,7 +44,7 @@ def test_every_test_the_script_names_exists():
 
 
 def test_a_failed_skipped_or_missing_test_is_never_a_pass():
-    gpu_check = _script()
+    gpu_check = load_script("gpu_check")
     checks = [("ok", ["t.py::a"]), ("fails", ["t.py::b"]), ("skips", ["t.py::c"]), ("partly skipped", ["t.py::d"]),
               ("gone", ["t.py::e"]), ("whole file", ["u.py"])]
     outcomes = {"t.py::a": ("passed", ""), "t.py::b[x]": ("passed", ""), "t.py::b[y]": ("failed", "boom"),

@@ -6,11 +6,12 @@ them, and re-judges finished runs with --check."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from helpers_unit import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "learning_check.py"
@@ -57,19 +58,13 @@ def test_a_run_stops_at_its_time_budget_and_the_check_judges_its_evals(tmp_path)
 # -- the suite ---------------------------------------------------------------------------
 
 
-def _script_module():
-    spec = importlib.util.spec_from_file_location("learning_check_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_ci_suite_runs_every_cpu_task_and_check_judges_them_against_the_cpu_bars(tmp_path, capsys):
     """Every task of the cpu suite (each preset on each env, V3 on discrete CartPole
     included) builds, collects, updates and evaluates at toy sizes; the same runs
     judged against the cpu suite's bars fail, and bad input is one line, exit 2."""
-    script = _script_module()
+    script = load_script("learning_check")
     cpu = {t.name: t for t in script.CPU.tasks}
     out = tmp_path / "ci"
     result = check("--suite", "ci", "--out", str(out))
@@ -111,7 +106,7 @@ def test_the_ci_suite_runs_every_cpu_task_and_check_judges_them_against_the_cpu_
 
 
 def test_random_levels_are_measured_through_the_tasks_own_env(capsys):
-    script = _script_module()
+    script = load_script("learning_check")
     assert script.main(["--suite", "cpu", "--tasks", "cartpole_v3", "--random-levels", "3"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("cartpole_v3"))
     mean = float(row.split()[1])
@@ -126,7 +121,7 @@ def test_the_cpu_suite_changes_only_the_env_between_the_tasks_of_one_preset():
 
     from dreamer.config import load_config, register_configs, to_dict
 
-    script = _script_module()
+    script = load_script("learning_check")
     register_configs()
     GlobalHydra.instance().clear()
     by_preset: dict[str, list[dict]] = {}

@@ -7,7 +7,7 @@ import io
 
 import pytest
 import torch
-from helpers_unit import close_env, single_thread, tiny_config  # noqa: F401  (single_thread: autouse fixture)
+from helpers_unit import close_env, learner_on, single_thread, tiny_config  # noqa: F401  (single_thread: autouse fixture)
 from torchrl.trainers.algorithms import DreamerV3Optimizer
 
 from dreamer.algos.learner import PHASES, PhaseOut
@@ -129,21 +129,7 @@ def test_a_nan_reward_skips_the_world_model_step_counts_it_and_leaves_its_weight
     is skipped (its weights and optimiser state bit-identical), counted, and the
     next clean batch steps again."""
     cfg = _config(algo)
-    build, learner_cls = ALGORITHMS[algo]
-    device = torch.device(device)
-    env = make_env(cfg.env, cfg.algo, seed=0)
-    try:
-        torch.manual_seed(0)
-        acting = build(cfg.algo, cfg.env, env, CPU)
-        with torch.no_grad():
-            rollout = env.rollout(cfg.buffer.batch_size * cfg.buffer.batch_length, acting.policy(explore=True),
-                                  break_when_any_done=False)
-        models = build(cfg.algo, cfg.env, env, device)
-    finally:
-        close_env(env)
-    batch = rollout.select(*stored_keys(models.obs_key), strict=False).to(device)
-    learner = learner_cls(cfg.algo, cfg.compile, models, device,
-                          batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length)
+    learner, batch = learner_on(cfg, torch.device(device))
     learner.update(batch.clone())  # one good update: optimiser state exists
     learner.flush_metrics()
     optimizer = learner.optimizers["world_model"]

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-from helpers_unit import REPO_ROOT
+from helpers_unit import REPO_ROOT, load_script
 
 from dreamer.config import load_config, profiling_from_env
 from dreamer.errors import UserError
@@ -21,12 +20,6 @@ REQUIRED_RANGES = {
 }
 
 
-def load_analyzer():
-    spec = importlib.util.spec_from_file_location("analyze_trace", REPO_ROOT / "scripts" / "analyze_trace.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_prof_environment_variables_fill_the_profiling_config():
@@ -91,7 +84,7 @@ def test_profiled_run_writes_one_merged_trace_with_every_named_range(tmp_path):
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    summary = load_analyzer().summarize(traces / "merged_trace.json")
+    summary = load_script("analyze_trace").summarize(traces / "merged_trace.json")
     rows = set(summary.processes.values())
     assert "learner" in rows and any(row.startswith("collector worker ") for row in rows)
     assert REQUIRED_RANGES <= set(summary.ranges)
