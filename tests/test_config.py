@@ -236,7 +236,7 @@ def test_every_experiment_preset_composes_and_validates(compose, experiment):
     [(g, o) for g in ("env", "logger", "compile", "buffer", "collector", "algo") for o in _names(g)],
 )
 def test_every_group_option_composes_and_validates(compose, group, option):
-    load_config(compose([f"{group}={option}"]))
+    load_config(compose(["~experiment", f"{group}={option}"]))  # on the base, no preset's keys
 
 
 def test_smoke_preset_is_pixels_and_small(compose):
@@ -478,7 +478,7 @@ def test_the_key_check_counts_a_read_only_on_its_own_section(tmp_path):
 
 
 def test_algo_dreamer_v3_selects_v3_with_paper_defaults(compose):
-    cfg = load_config(compose(["algo=dreamer_v3"]))
+    cfg = load_config(compose(["~experiment", "algo=dreamer_v3"]))
     a = cfg.algo
     assert a.name == "dreamer_v3"
     assert (a.num_categoricals, a.num_classes, a.unimix) == (32, 32, 0.01)
@@ -486,7 +486,7 @@ def test_algo_dreamer_v3_selects_v3_with_paper_defaults(compose):
     assert (a.agc, a.adam_eps, a.return_norm_rate, a.slow_critic_tau) == (0.3, 1e-20, 0.01, 0.02)
     # The envs and collectors carry V3's categorical latent, not V1's state_dim.
     assert a.latent_state_dim == 32 * 32
-    assert load_config(compose([])).algo.latent_state_dim == Config().algo.state_dim
+    assert load_config(compose(["~experiment"])).algo.latent_state_dim == Config().algo.state_dim
 
 
 def test_pendulum_preset_is_v3_on_pendulum_states(compose):
@@ -526,11 +526,11 @@ def test_bad_v3_keys_are_one_line_errors_naming_the_key(key, value, message):
 
 
 def test_no_size_preset_keeps_the_algo_and_experiment_sizes(compose):
-    cfg = load_config(compose(["algo=dreamer_v3"]))
+    cfg = load_config(compose([]))
     assert cfg.model is None
-    # experiment=default's 128 / 128; DreamerV3Config's 16 channels, 32 x 32 latent, 2 layers.
+    # experiment=default is experiment=small: 64 / 64, 16 x 16 latent; DreamerV3Config's 16 channels, 2 layers.
     a = cfg.algo
-    assert (a.rssm_hidden_dim, a.hidden_dim, a.encoder_channels, a.num_classes, a.mlp_layers) == (128, 128, 16, 32, 2)
+    assert (a.rssm_hidden_dim, a.hidden_dim, a.encoder_channels, a.num_classes, a.mlp_layers) == (64, 64, 16, 16, 2)
 
 
 @pytest.mark.parametrize(
@@ -546,7 +546,7 @@ def test_a_size_preset_wins_over_any_experiments_sizes(compose, experiment, size
 
 def test_a_size_preset_with_dreamer_v1_is_one_line_naming_the_fix(compose):
     with pytest.raises(UserError) as err:
-        load_config(compose(["model=size12m"]))
+        load_config(compose(["experiment=small_v1", "model=size12m"]))
     msg = str(err.value)
     assert "model=size12m is a DreamerV3 size preset" in msg and "algo=dreamer_v3" in msg
     assert "\n" not in msg
@@ -615,7 +615,7 @@ def test_a_key_of_the_other_algorithm_is_one_line_naming_it_and_the_fix(algo, me
 
 def test_a_key_of_the_other_algorithm_on_the_command_line_is_one_line(compose):
     with pytest.raises(UserError) as err:
-        load_config(compose(["algo.free_bits=2"]))
+        load_config(compose(["experiment=small_v1", "algo.free_bits=2"]))
     assert str(err.value) == (
         "algo.free_bits is a dreamer_v3 key, but algo.name=dreamer_v1: add algo=dreamer_v3 or drop it"
     )
@@ -625,7 +625,7 @@ def test_a_key_of_the_other_algorithm_on_the_command_line_is_one_line(compose):
 
 def test_renaming_the_algorithm_alone_points_to_the_group(compose):
     with pytest.raises(UserError) as err:
-        load_config(compose(["algo.name=dreamer_v3"]))
+        load_config(compose(["experiment=small_v1", "algo.name=dreamer_v3"]))
     assert "choose the algorithm with algo=dreamer_v3" in str(err.value) and "\n" not in str(err.value)
 
 
@@ -640,15 +640,8 @@ def test_unknown_algo_key_is_still_one_line(compose):
 
 @pytest.mark.parametrize("algo, cls", [("dreamer_v1", DreamerV1Config), ("dreamer_v3", DreamerV3Config)])
 def test_algo_group_options_are_the_dataclass_defaults(compose, algo, cls):
-    import yaml
-
-    experiment_sets = set(yaml.safe_load((CONF_DIR / "experiment" / "default.yaml").read_text())["algo"])
-    composed = to_dict(load_config(compose([f"algo={algo}"])))["algo"]
-    defaults = to_dict(cls())
-    assert composed.keys() == defaults.keys()
-    assert {k: v for k, v in composed.items() if k not in experiment_sets} == {
-        k: v for k, v in defaults.items() if k not in experiment_sets
-    }
+    composed = to_dict(load_config(compose(["~experiment", f"algo={algo}"])))["algo"]
+    assert composed == to_dict(cls())
 
 
 def test_no_config_group_file_repeats_a_dataclass_default():

@@ -5,12 +5,14 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from helpers_unit import REPO_ROOT
 
-from dreamer.system.cpus import cgroup_cpu_quota, cpu_budget, split_cores
+from dreamer.data.collectors import seconds_per_agent_step
+from dreamer.system.cpus import cgroup_cpu_quota, collects_in_learner, cpu_budget, split_cores
 
 
 def _cgroup_v2(tmp_path: Path, cpu_max: str) -> tuple[Path, Path]:
@@ -81,6 +83,32 @@ def test_split_cores_leaves_the_learner_what_workers_do_not_take():
     assert split_cores(16, 4, None) == (4, 12)
     assert split_cores(16, 0, None) == (0, 16)  # in-process collection: the learner takes every core
     assert split_cores(16, 4, 2) == (4, 2)
+
+
+def test_cheap_collection_on_a_cpu_learner_gives_the_learner_every_core():
+    assert split_cores(2, None, None, in_learner=True) == (0, 2)
+    assert split_cores(2, 1, None, in_learner=True) == (1, 1)  # the user's num_workers wins
+    assert collects_in_learner("cpu", 0.002)  # Pendulum states: ~2 ms per update
+    assert not collects_in_learner("cpu", 0.2)  # an env step slower than a worker's share of the learner
+    assert not collects_in_learner("cpu", None)  # not measured: num_workers set
+    assert not collects_in_learner("cuda", 0.002)  # a GPU learner overlaps collection in workers
+
+
+def test_collection_cost_is_measured_on_the_env_and_policy_a_run_steps():
+    from torchrl.envs import GymEnv
+    from torchrl.envs.utils import RandomPolicy
+
+    env = GymEnv("Pendulum-v1")
+    random = RandomPolicy(env.action_spec)
+    cost = seconds_per_agent_step(env, random)
+    assert 0 < cost < 0.01  # a Pendulum step: tens of microseconds
+
+    def slow(td):
+        time.sleep(0.02)
+        return random(td)
+
+    assert 0.02 <= seconds_per_agent_step(env, slow) < 0.2
+    env.close()
 
 
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="needs util-linux's taskset")

@@ -67,14 +67,14 @@ BAD_INPUTS = {
     "negative size": (["buffer.capacity=-5"], "buffer.capacity=-5 must be > 0"),
     "sequence longer than episode": (["buffer.batch_length=500"],
                                      "buffer.batch_length=500 is longer than env.max_episode_steps=100"),
-    "size preset with V1": (["model=size12m"],
+    "size preset with V1": (["experiment=small_v1", "model=size12m"],
                             "model=size12m is a DreamerV3 size preset, but algo.name=dreamer_v1: add algo=dreamer_v3"),
-    "key of the other algorithm": (["algo.free_bits=2"],
+    "key of the other algorithm": (["experiment=small_v1", "algo.free_bits=2"],
                                    "algo.free_bits is a dreamer_v3 key, but algo.name=dreamer_v1: add algo=dreamer_v3 or drop it"),
     # build time
     "open-loop context as long as the sequences": (
-        ["env=pendulum_pixels", "eval.openloop_context=32"],
-        "eval.openloop_context=32 leaves no step to predict in buffer.batch_length=32 sequences"),
+        ["env=pendulum_pixels", "eval.openloop_context=16"],
+        "eval.openloop_context=16 leaves no step to predict in buffer.batch_length=16 sequences"),
     "resume without checkpoint": (lambda tmp: [f"resume={tmp}"], "no checkpoint in"),
     "missing env.import module": (["env.import=no_such_pkg.envs"],
                                   "env.import=no_such_pkg.envs: cannot import it (No module named 'no_such_pkg')"),

@@ -7,11 +7,14 @@ so workers start clean (spawn, not fork) and never inherit compiler state.
 from __future__ import annotations
 
 import copy
+import statistics
+import time
 from typing import Callable
 
 import torch
 from tensordict.nn import TensorDictModuleBase
 from torchrl.collectors import BaseCollector, Collector, MultiAsyncCollector
+from torchrl.envs import EnvBase
 
 from dreamer.config import AlgoConfig, CollectorConfig, CompileConfig, EnvConfig
 from dreamer.envs.factory import env_factory
@@ -39,6 +42,21 @@ def worker_policy(
     if not workers_hold_a_copy(learner_device, collector_device):
         return policy, None
     return module_to(copy.deepcopy(policy), collector_device), policy
+
+
+@torch.no_grad()
+def seconds_per_agent_step(env: EnvBase, policy: TensorDictModuleBase, steps: int = 16, warmup: int = 4) -> float:
+    """Wall seconds one agent step costs in this process: the env (its action
+    repeat, rendering and transforms included) and the acting policy. The median
+    of ``steps`` steps after ``warmup`` (first calls allocate): a busy machine
+    descheduling one step does not change the answer."""
+    times = []
+    td = env.reset()
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        _, td = env.step_and_maybe_reset(policy(td))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[warmup:])
 
 
 def make_collector(

@@ -13,7 +13,7 @@ import torch
 
 from dreamer.algos.registry import algorithm
 from dreamer.config import Config, to_dict
-from dreamer.data.collectors import make_collector, worker_policy, workers_hold_a_copy
+from dreamer.data.collectors import make_collector, seconds_per_agent_step, worker_policy, workers_hold_a_copy
 from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buffer, use_pinned_memory
 from dreamer.data.supervisor import SupervisedCollector
 from dreamer.envs.factory import close_env, make_env
@@ -27,7 +27,7 @@ from dreamer.run.cadence import Every, Ratio
 from dreamer.run.state import Cadence, Run
 from dreamer.run.stopping import Stopper, ignore_stop_signals
 from dreamer.system import compile_cache, distributed
-from dreamer.system.cpus import cpu_budget, split_cores
+from dreamer.system.cpus import IN_LEARNER_COLLECTION_MAX_S, collects_in_learner, cpu_budget, split_cores
 from dreamer.system.device import configure_cuda_math, resolve_autocast, resolve_device
 from dreamer.system.memory import retain_freed_host_memory
 from dreamer.system.profiling import TraceWindow
@@ -63,9 +63,7 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         if ranks.enabled:  # every rank leaves the loop at the same update
             stopper.vote = functools.partial(distributed.max_over_ranks, group=distributed.cpu_group())
         cpus = cpu_budget(ranks.local_world_size)
-        workers, threads = split_cores(cpus.cores, cfg.collector.num_workers, cfg.threads)
-        log.info("%s: %d collector worker(s), %d learner thread(s)", cpus.describe(), workers, threads)
-        torch.set_num_threads(threads)
+        torch.set_num_threads(cfg.threads or cpus.cores)  # until the split below
         if cfg.env.backend == "dm_control":
             # Probed once here; workers inherit it. Each rank renders on its own GPU under EGL.
             configure_mujoco_gl(egl_device=device.index if device.type == "cuda" else None)
@@ -73,10 +71,6 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         torch.manual_seed(cfg.seed)
         autocast = resolve_autocast(cfg.autocast, device)
         fast_math = configure_cuda_math(device, cfg.cuda_fast_math)
-        log.info(
-            "device=%s workers=%d learner_threads=%d autocast=%s cuda_fast_math=%s retain_host_memory=%s", device,
-            workers, torch.get_num_threads(), autocast, fast_math, retained,
-        )
 
         build_models, learner_cls = algorithm(cfg.algo.name)
         # The env the networks are sized from; a bad env name fails here, in one
@@ -85,8 +79,19 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         try:
             models = build_models(cfg.algo, cfg.env, proof_env, device)
             step_bytes = bytes_per_step(proof_env.rollout(1), models.obs_key)
+            acting = models.policy(explore=True)  # on the learner's device
+            collect_s = collection_cost(cfg, proof_env, acting, device)
         finally:
             close_env(proof_env)
+        in_learner = collects_in_learner(device.type, collect_s)
+        workers, threads = split_cores(cpus.cores, cfg.collector.num_workers, cfg.threads, in_learner=in_learner)
+        torch.set_num_threads(threads)
+        log.info("%s: %d collector worker(s), %d learner thread(s)%s", cpus.describe(), workers, threads,
+                 describe_collection(cfg, collect_s, workers))
+        log.info(
+            "device=%s workers=%d learner_threads=%d autocast=%s cuda_fast_math=%s retain_host_memory=%s", device,
+            workers, torch.get_num_threads(), autocast, fast_math, retained,
+        )
         need = check_capacity(cfg.buffer, step_bytes, ranks_per_node=ranks.local_world_size)
         log.info("replay: %d steps x %d bytes = %.2f GiB of host memory, %s", cfg.buffer.capacity, step_bytes,
                  need / 2**30, "page-locked" if use_pinned_memory(cfg.buffer, device) else "pageable")
@@ -113,7 +118,6 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         collection.callback(trace_window.finish)  # after the workers wrote their traces
         # Collectors first: workers are spawned before any compile state exists
         # (a restart after a worker died spawns fresh interpreters: still clean).
-        acting = models.policy(explore=True)  # on the learner's device
         collector_device = torch.device(cfg.collector.device)
         collector = SupervisedCollector(
             lambda restarted: make_collector(  # a restart copies the current weights again
@@ -170,6 +174,27 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
             (run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
         run.teardown = teardown.pop_all()  # from here on, run.close() tears it down
     return run
+
+
+def collection_cost(cfg: Config, env, policy, device: torch.device) -> float | None:
+    """Seconds of env and policy steps one update owes (train_ratio), measured on
+    ``env`` in this process; None where ``collector.num_workers`` is set or the
+    learner is not on the CPU (nothing to decide)."""
+    if cfg.collector.num_workers is not None or device.type != "cpu":
+        return None
+    steps_per_update = cfg.buffer.batch_size * cfg.buffer.batch_length / cfg.train.train_ratio
+    return steps_per_update * seconds_per_agent_step(env, policy)
+
+
+def describe_collection(cfg: Config, collect_s: float | None, workers: int) -> str:
+    """Why the run collects where it does (the start-up log line's tail)."""
+    if cfg.collector.num_workers is not None:
+        return " (collector.num_workers set)"
+    if collect_s is None:
+        return " (a GPU learner: collection in worker processes)"
+    where = "in the learner's process" if workers == 0 else "in worker processes"
+    return (f" (collecting one update's agent steps costs {collect_s * 1e3:.1f} ms "
+            f"{'<=' if workers == 0 else '>'} {IN_LEARNER_COLLECTION_MAX_S * 1e3:.0f} ms: {where})")
 
 
 def start_quiet_worker() -> None:

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import torch
-import tqdm
 from torch.profiler import record_function
 
 from dreamer.config import Config
@@ -15,6 +14,7 @@ from dreamer.data.replay import write
 from dreamer.data.supervisor import WorkerDied
 from dreamer.report.evaluation import EvalResult, evaluate
 from dreamer.report.openloop import openloop_video
+from dreamer.report.progress import Progress
 from dreamer.run import health
 from dreamer.run.background_compile import BackgroundCompile, compiles_in_background
 from dreamer.run.build import build_run
@@ -42,6 +42,7 @@ class Trainer:
         self.background: BackgroundCompile | None = None  # compile.background: the child compiling
         self.switched_at: int | None = None  # the update that first ran the background-compiled losses
         self.last_eval: EvalResult | None = None
+        self.progress: Progress | None = None  # the bar, from the loop's start
         # Throughput counts from the end of the warm-up (set there), eval time excluded.
         self.steady_start: float | None = None
         self.updates0, self.frames0 = run.counters.updates, run.counters.frames
@@ -64,18 +65,22 @@ class Trainer:
         """Collect and learn until train.total_frames (None) or a stop (its reason)."""
         r, n, cfg = self.r, self.r.counters, self.r.cfg
         loop_start = time.perf_counter()
-        bar = tqdm.tqdm(total=cfg.train.total_frames, initial=n.frames, unit="frame",
-                        disable=not cfg.logger.progress_bar, dynamic_ncols=True)
-        r.collection.callback(bar.close)
+        b = cfg.buffer
+        self.progress = Progress(
+            total_frames=cfg.train.total_frames, frames=n.frames, eval_every=cfg.eval.every,
+            frames_per_update=cfg.env.action_repeat * b.batch_size * b.batch_length / cfg.train.train_ratio,
+            enabled=cfg.logger.progress_bar,
+        )
+        r.collection.callback(self.progress.close)
         for batch in r.collector:
             steps = self._store(batch)
-            bar.update(steps * cfg.env.action_repeat)
+            self.progress.collected(steps * cfg.env.action_repeat)
             if self._ready_to_learn():
                 if not self.warm:
                     n.timers["random_phase_s"] = time.perf_counter() - loop_start
                     self._warm_up()
                 reason = self._pay(r.cadence.ratio.owed(steps))
-                self._show_progress(bar)
+                self.progress.learned(n.updates)
                 if reason is not None or n.frames >= cfg.train.total_frames:
                     return reason
             # Also while the replay fills: a stop must not wait for the warm-up's compile.
@@ -123,12 +128,6 @@ class Trainer:
             r.save()
 
     # -- phases ---------------------------------------------------------------
-    def _show_progress(self, bar: tqdm.tqdm) -> None:
-        if self.last_eval is not None:
-            bar.set_postfix(updates=self.r.counters.updates, eval=f"{self.last_eval.mean:.1f}", refresh=False)
-        else:
-            bar.set_postfix(updates=self.r.counters.updates, refresh=False)
-
     def _store(self, batch) -> int:
         """A collector batch into the replay buffer; returns its agent steps."""
         n = self.r.counters
@@ -162,6 +161,8 @@ class Trainer:
             if self.learner_threads > 1:
                 torch.set_num_threads(self.learner_threads - 1)
         else:
+            if r.cfg.compile.enabled:
+                self.progress.phase("compiling the losses (warm-up)")
             seconds = r.learner.warmup(r.replay.sample())
             n.timers["compile_warmup_s"] = seconds
             log.info("compile warm-up: %.1f s", seconds)
@@ -208,6 +209,8 @@ class Trainer:
             max_steps=c.env.max_episode_steps, record=c.eval.video,
         )
         self.last_eval = result
+        if self.progress is not None:
+            self.progress.evaluated(time.perf_counter() - start, result.mean)
         r.logger.log({"frames": n.frames, "updates": n.updates,
                       "eval_return_mean": result.mean, "eval_return_std": result.std,
                       "eval_episodes": len(result.returns),
