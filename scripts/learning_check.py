@@ -7,7 +7,7 @@ One preset:
     python scripts/learning_check.py --seeds 0 -- algo.actor_lr=1e-4  # extra Hydra overrides after --
 
 A suite: fixed presets on many tasks (SUITES below; docs/LEARNING.md):
-    python scripts/learning_check.py --suite cpu                      # every task x seed x budget: ~12 hours
+    python scripts/learning_check.py --suite cpu                      # every task x seed x budget: ~12.5 hours
     python scripts/learning_check.py --suite cpu --tasks cartpole_v3  # some of its tasks
     python scripts/learning_check.py --suite cpu --check outputs/learning_suite/cpu   # judge finished runs again
     python scripts/learning_check.py --suite ci                       # every task for seconds, tiny (CI)
@@ -73,6 +73,7 @@ class Task:
     allowed_misses: int  # seeds that may miss the threshold with the task still passing
     random_return: float  # mean return of uniformly random actions, on the eval's episodes
     random_source: str
+    budget_source: str = "issue 18"  # why this budget: a budget moves only with a measured argument
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,12 @@ def _measured(std: float) -> str:
 
 _PENDULUM_RANDOM = {"random_return": -1260.0, "random_source": _measured(262)}
 _DMC_BAR = "issue 18 (DMC returns reach 1000)"
+# Issue 18 set 30 minutes; measured (docs/LEARNING.md, 2026-11-23): 30 minutes hold 52k env
+# frames on the 2-core box (7.35 updates/s), both seeds peaked at 689 / 701 still rising, and
+# DreamerV3's published runs pass 800 only near 100k frames (mean 490 at 50k, 840 at 100k).
+# 60 minutes hold about 100k: the bar stays, the budget follows the frames it needs.
+_CARTPOLE_BALANCE_BUDGET = ("60 min, not issue 18's 30: 30 min hold 52k frames here, DreamerV3's published "
+                            "runs pass 800 near 100k (docs/LEARNING.md)")
 
 CPU = Suite(
     name="cpu",
@@ -108,9 +115,10 @@ CPU = Suite(
              threshold_source="80% of CartPole-v1's maximum 500 (its time limit; gymnasium's 'solved' is 475)",
              episodes=10, seeds=(0, 1, 2), allowed_misses=0, random_return=20.0, random_source=_measured(14)),
         Task(name="dmc_cartpole_balance_v3", experiment="small",
-             env=("env=dmc_proprio", "env.name=cartpole-balance"), minutes=30,
+             env=("env=dmc_proprio", "env.name=cartpole-balance"), minutes=60,
              threshold=800.0, threshold_source=_DMC_BAR,
-             episodes=5, seeds=(0, 1), allowed_misses=0, random_return=334.0, random_source=_measured(56)),
+             episodes=5, seeds=(0, 1), allowed_misses=0, random_return=334.0, random_source=_measured(56),
+             budget_source=_CARTPOLE_BALANCE_BUDGET),
         Task(name="dmc_reacher_easy_v3", experiment="small",
              env=("env=dmc_proprio", "env.name=reacher-easy"), minutes=60,
              threshold=600.0, threshold_source=_DMC_BAR,
@@ -360,6 +368,14 @@ def _median_or_none(values: list[float | None]) -> float | None:
     return None if math.isinf(median) else median
 
 
+def _budget_of(run_dir: Path) -> float | None:
+    """The train.max_minutes a finished run had (None: not run or not finished)."""
+    config = run_dir / "config.json"
+    if not (run_dir / "summary.json").is_file() or not config.is_file():
+        return None
+    return json.loads(config.read_text())["train"]["max_minutes"]
+
+
 def run_suite(suite: Suite, out: Path, extra: list[str]) -> list[TaskResult]:
     """Every task's seeds, one process at a time; a seed already finished in OUT is judged, not rerun."""
     plan = [(task, seed, out / task.name / f"seed_{seed}") for task in suite.tasks for seed in task.seeds]
@@ -367,6 +383,11 @@ def run_suite(suite: Suite, out: Path, extra: list[str]) -> list[TaskResult]:
     if unfinished:
         raise UserError(f"{unfinished[0]} exists but did not finish (no summary.json); remove it to run it again"
                         + (f" ({len(unfinished) - 1} more)" if len(unfinished) > 1 else ""))
+    for task, _, run_dir in plan:
+        ran_for = _budget_of(run_dir)
+        if ran_for is not None and not math.isclose(ran_for, task.minutes):
+            raise UserError(f"{run_dir} ran with a {ran_for:g}-minute budget and {task.name} now has "
+                            f"{task.minutes:g}: move it aside to run it again")
     results: dict[str, list[SeedResult]] = {t.name: [] for t in suite.tasks}
     for i, (task, seed, run_dir) in enumerate(plan, 1):
         print(f"[{i}/{len(plan)}] {task.name} seed {seed}, {task.minutes:g} min", flush=True)

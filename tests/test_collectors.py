@@ -352,3 +352,42 @@ def test_a_gpu_learners_weight_push_never_syncs_and_delivers_the_weights_of_its_
         assert time.monotonic() < deadline
         scheme.publish_ready()
     assert (shared["weight"] == 3.0).all()
+
+
+EXITS_AFTER_COLLECTING = """
+import sys, torch
+sys.path.insert(0, {tests!r})
+from test_collectors import tiny_config
+from dreamer.algos.v1.models import build_models
+from dreamer.data.collectors import make_collector
+from dreamer.envs.factory import close_env, make_env
+
+if __name__ == "__main__":
+    cfg = tiny_config()
+    env = make_env(cfg.env, cfg.algo)
+    models = build_models(cfg.algo, cfg.env, env, torch.device("cpu"))
+    close_env(env)
+    for workers in (1, 2, 1, 2):  # as a benchmark builds them: several, one after another
+        collector = make_collector(cfg.collector, cfg.env, cfg.algo, cfg.compile, models.policy(explore=True),
+                                   seed=0, workers=workers, random_frames=0, learner_threads=1)
+        next(iter(collector))
+        collector.shutdown()
+    print("collected", flush=True)
+"""
+
+
+def test_a_script_that_collected_with_workers_exits_when_done(tmp_path):
+    """Shut-down collectors leave nothing for interpreter exit to wait on: upstream left
+    each weight sync scheme to ``__del__``, which at exit hung on a queue's feeder thread."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "collect_and_exit.py"
+    script.write_text(EXITS_AFTER_COLLECTING.format(tests=str(Path(__file__).parent)))
+    try:
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as hung:
+        pytest.fail(f"the script did not exit within 120 s; its output: {hung.stdout!r}")
+    assert done.returncode == 0 and "collected" in done.stdout, done.stderr[-2000:]

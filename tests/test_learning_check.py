@@ -97,6 +97,15 @@ def test_the_ci_suite_runs_every_cpu_task_and_check_judges_them_against_the_cpu_
     again = capsys.readouterr().out
     assert again.count("finished before") == len(cpu) and "-m dreamer" not in again
 
+    # A finished run made under another budget is not judged as if it had this one.
+    config_path = out / "pendulum_v3" / "seed_0" / "config.json"
+    config = json.loads(config_path.read_text())
+    config["train"]["max_minutes"] = 30.0
+    config_path.write_text(json.dumps(config))
+    assert script.main(["--suite", "ci", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "ran with a 30-minute budget and pendulum_v3 now has 0.5" in err and err.count("\n") == 1
+
     assert script.main(["--suite", "nope"]) == 2
     assert capsys.readouterr().err == "error: unknown suite 'nope'; choose one of: cpu, ci\n"
     (tmp_path / "bad" / "pendulum_v3" / "seed_0").mkdir(parents=True)  # a run that never wrote metrics

@@ -3,6 +3,7 @@
 Nothing here imports ``dreamer``.
 """
 
+from torchrl_ext.collectors import SchemeClosingMultiAsyncCollector
 from torchrl_ext.device import module_to
 from torchrl_ext.dreamer_v3 import SyncFreeDreamerV3ValueLoss, replay_lambda_returns
 from torchrl_ext.host_memory import page_locked_like
@@ -33,6 +34,7 @@ __all__ = [
     "PinnedLazyTensorStorage",
     "PlainWriteReplayBuffer",
     "ReceiverDied",
+    "SchemeClosingMultiAsyncCollector",
     "SelectiveRSSMRollout",
     "SkippableDreamerV3Optimizer",
     "SliceCursorWriter",

@@ -13,13 +13,13 @@ from typing import Callable
 
 import torch
 from tensordict.nn import TensorDictModuleBase
-from torchrl.collectors import BaseCollector, Collector, MultiAsyncCollector
+from torchrl.collectors import BaseCollector, Collector
 from torchrl.envs import EnvBase
 
 from dreamer.config import AlgoConfig, CollectorConfig, CompileConfig, EnvConfig
 from dreamer.envs.factory import env_factory
 from dreamer.system.compile import compile_kwargs
-from torchrl_ext import NonBlockingSharedMemWeightSyncScheme, module_to
+from torchrl_ext import NonBlockingSharedMemWeightSyncScheme, SchemeClosingMultiAsyncCollector, module_to
 
 
 def workers_hold_a_copy(learner_device: torch.device, collector_device: torch.device) -> bool:
@@ -98,7 +98,7 @@ def make_collector(
     # Weight pushes never wait for the workers (nor for a GPU learner's device-to-host
     # copy): staged, then published once ready (publish_pending_weights).
     weight_sync = NonBlockingSharedMemWeightSyncScheme()
-    collector = MultiAsyncCollector(
+    collector = SchemeClosingMultiAsyncCollector(
         factories,
         post_collect_hook=worker_hook,
         frames_per_batch=[c.frames_per_batch] * workers,
