@@ -93,10 +93,7 @@ def _measured(std: float) -> str:
 
 _PENDULUM_RANDOM = {"random_return": -1260.0, "random_source": _measured(262)}
 _DMC_BAR = "issue 18 (DMC returns reach 1000)"
-# Issue 18 set 30 minutes; measured (docs/LEARNING.md, 2026-11-23): 30 minutes hold 52k env
-# frames on the 2-core box (7.35 updates/s), both seeds peaked at 689 / 701 still rising, and
-# DreamerV3's published runs pass 800 only near 100k frames (mean 490 at 50k, 840 at 100k).
-# 60 minutes hold about 100k: the bar stays, the budget follows the frames it needs.
+# The measurement behind it (2 seeds at 30 min, DreamerV3's published curve): docs/LEARNING.md.
 _CARTPOLE_BALANCE_BUDGET = ("60 min, not issue 18's 30: 30 min hold 52k frames here, DreamerV3's published "
                             "runs pass 800 near 100k (docs/LEARNING.md)")
 
@@ -142,6 +139,7 @@ CI = Suite(
     name="ci",
     about="the cpu suite's tasks at toy sizes for a few seconds each: the pipeline, not learning",
     tasks=tuple(replace(t, minutes=0.5, threshold=None, threshold_source="none (ci: the run must finish)",
+                        budget_source="ci: toy sizes for seconds",
                         episodes=1, seeds=(0,), allowed_misses=0) for t in CPU.tasks),
     overrides=(
         "train.total_frames=64",  # 32 agent steps at action repeat 2, 64 at 1: ends each run first
