@@ -316,20 +316,6 @@ def build_sheeprl(spec: dict) -> Built:
     return Built(update, sequence_sampler(rollout, batch, length, cfg.seed), params)
 
 
-def time_updates(side: Built, warmup: int, reps: int) -> dict:
-    """Median wall and process-CPU seconds of ``reps`` updates after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        side.update(side.next_batch())
-    walls, cpus = [], []
-    for _ in range(reps):
-        batch = side.next_batch()
-        wall, cpu = time.perf_counter(), time.process_time()
-        side.update(batch)
-        walls.append(time.perf_counter() - wall)
-        cpus.append(time.process_time() - cpu)
-    return {"wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus), "walls": walls}
-
-
 def serve(spec: dict) -> int:
     """A side's process: build, say so (parameters, compile warm-up), then time rounds on request.
     Replies are JSON lines on the real stdout; anything the libraries print goes to stderr."""
@@ -339,6 +325,9 @@ def serve(spec: dict) -> int:
     import torch
 
     torch.set_num_threads(spec["threads"])
+    _scripts_on_path()
+    from benchmark_update import time_updates
+
     start = time.perf_counter()
     side = build_sheeprl(spec) if spec["side"] == "sheeprl" else build_ours(spec)
     replies.write(json.dumps({"params": side.params, "compile_warmup_s": side.compile_warmup_s,
@@ -347,7 +336,8 @@ def serve(spec: dict) -> int:
         request = json.loads(line)
         if request["op"] == "stop":
             break
-        replies.write(json.dumps(time_updates(side, request["warmup"], request["reps"])) + "\n")
+        timed = time_updates(side.update, side.next_batch, request["warmup"], request["reps"])
+        replies.write(json.dumps(timed) + "\n")
     return 0
 
 

@@ -52,7 +52,8 @@ def build(cfg, fill_steps: int | None = None):
     env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
     build_models, learner_cls = algorithm(a.name)
     models = build_models(cfg.algo, cfg.env, env, cpu)
-    learner = learner_cls(cfg.algo, cfg.compile, models, cpu, batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length)
+    learner = learner_cls(cfg.algo, cfg.compile, models, cpu,
+                          batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length)
     replay = make_replay_buffer(cfg.buffer, cpu)
     steps = fill_steps or max(4 * cfg.buffer.batch_size * cfg.buffer.batch_length, 1000)
     with torch.no_grad():
@@ -63,18 +64,19 @@ def build(cfg, fill_steps: int | None = None):
     return learner, replay
 
 
-def time_updates(learner, replay, warmup: int, reps: int) -> tuple[float, float]:
-    """(median wall s/update, median CPU s/update) over ``reps`` timed updates."""
+def time_updates(update, next_batch, warmup: int, reps: int) -> dict:
+    """Median wall and process-CPU seconds of ``reps`` calls of ``update(next_batch())`` after ``warmup``
+    untimed ones (``next_batch`` runs outside the timing): ``wall_s``, ``cpu_s`` and every wall time."""
     for _ in range(warmup):
-        learner.update(replay.sample())
+        update(next_batch())
     walls, cpus = [], []
     for _ in range(reps):
-        sample = replay.sample()
+        batch = next_batch()
         wall, cpu = time.perf_counter(), time.process_time()
-        learner.update(sample)
+        update(batch)
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
-    return statistics.median(walls), statistics.median(cpus)
+    return {"wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus), "walls": walls}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                 learner.compile()
                 row["compile_warmup_s"] = learner.warmup(replay.sample())
                 print(f"{threads:>7} {'warm-up':>9} {row['compile_warmup_s']:9.1f} s")
-            wall, cpu = time_updates(learner, replay, args.warmup, args.reps)
+            timed = time_updates(learner.update, replay.sample, args.warmup, args.reps)
+            wall, cpu = timed["wall_s"], timed["cpu_s"]
             row[f"{mode}_s"], row[f"{mode}_cpu_s"] = wall, cpu
             print(f"{threads:>7} {mode:>9} {wall:9.3f} {1 / wall:10.2f} {cpu:13.3f}", flush=True)
         if args.compile:
