@@ -508,6 +508,9 @@ def machine() -> dict:
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
     model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
                  platform.processor())
+    # One model name covers boxes of different speed: the vector ISA tells the EPYCs apart.
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
+    isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     except OSError:
@@ -515,7 +518,7 @@ def machine() -> dict:
     import torch
     import torchrl
 
-    return {"cpu": model, "cores": len(os.sched_getaffinity(0)), "torch": torch.__version__,
+    return {"cpu": model, "vector_isa": isa, "cores": len(os.sched_getaffinity(0)), "torch": torch.__version__,
             "torchrl": torchrl.__version__, "commit": commit or None, "date": time.strftime("%Y-%m-%d %H:%M")}
 
 

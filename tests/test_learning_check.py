@@ -58,8 +58,6 @@ def test_a_run_stops_at_its_time_budget_and_the_check_judges_its_evals(tmp_path)
 # -- the suite ---------------------------------------------------------------------------
 
 
-
-
 def test_the_ci_suite_runs_every_cpu_task_and_check_judges_them_against_the_cpu_bars(tmp_path, capsys):
     """Every task of the cpu suite (each preset on each env, V3 on discrete CartPole
     included) builds, collects, updates and evaluates at toy sizes; the same runs
@@ -71,6 +69,7 @@ def test_the_ci_suite_runs_every_cpu_task_and_check_judges_them_against_the_cpu_
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     report = json.loads((out / "learning_suite.json").read_text())
     assert report["ok"] and report["machine"]["cpu"]
+    assert report["machine"]["vector_isa"] in ("avx512", "avx2", "other")
     assert [t["task"]["name"] for t in report["tasks"]] == list(cpu)
     table = (out / "learning_suite.md").read_text()
     for task in report["tasks"]:
