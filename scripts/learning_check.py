@@ -508,7 +508,8 @@ def machine() -> dict:
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
     model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
                  platform.processor())
-    # One model name covers boxes of different speed: the vector ISA tells the EPYCs apart.
+    # One model name covers boxes of different speed: the vector ISA tells AVX2 from AVX-512 EPYCs
+    # (not all of it: two AVX-512 EPYCs ran 2x apart; each row's updates/s is the speed record).
     flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
     isa = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"
     try:
