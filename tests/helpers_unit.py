@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes.util
 import dataclasses
 import json
 import os
@@ -25,6 +26,23 @@ os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 os.environ.setdefault("MUJOCO_GL", "osmesa")
 os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+
+# The shared library each headless MuJoCo backend loads (what PyOpenGL asks ctypes for).
+GL_LIBRARIES = {"osmesa": ("OSMesa", "apt-get install -y libosmesa6"), "egl": ("EGL", "apt-get install -y libegl1")}
+
+
+def missing_gl_library(environ=os.environ, find_library=ctypes.util.find_library) -> str | None:
+    """One line saying what to install when ``MUJOCO_GL`` names a backend whose
+    library is absent (dm_control would fail deep inside PyOpenGL with
+    ``'NoneType' object has no attribute 'glGetError'``); None when it is there."""
+    backend = environ.get("MUJOCO_GL", "")
+    if backend not in GL_LIBRARIES:
+        return None
+    library, install = GL_LIBRARIES[backend]
+    if find_library(library) is not None:
+        return None
+    return (f"MUJOCO_GL={backend} but lib{library} is not installed: {install} "
+            f"(or set MUJOCO_GL to a backend that renders here)")
 
 
 def tiny_config(*, pixels: bool = False, algo: str = "dreamer_v1", **env_overrides) -> Config:

@@ -1,8 +1,14 @@
-"""dreamer/envs/rendering.py: MUJOCO_GL chosen by rendering, the user's choice kept, one line when nothing renders."""
+"""dreamer/envs/rendering.py: MUJOCO_GL chosen by rendering, the user's choice kept, one line when nothing renders
+(and the test suite's own check, tests/conftest.py)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
+from helpers_unit import REPO_ROOT, missing_gl_library
 
 from dreamer.envs.rendering import candidates, configure_mujoco_gl, renders
 from dreamer.errors import UserError
@@ -72,3 +78,25 @@ def test_the_real_probe_renders_with_osmesa_and_rejects_an_unknown_backend():
     # CI and the dev box install libosmesa6 (.ci/run); a made-up backend never renders.
     assert renders("osmesa")
     assert not renders("no-such-gl")
+
+
+def test_a_missing_gl_library_is_named_with_its_install_command():
+    assert "apt-get install -y libosmesa6" in missing_gl_library({"MUJOCO_GL": "osmesa"}, lambda name: None)
+    assert "apt-get install -y libegl1" in missing_gl_library({"MUJOCO_GL": "egl"}, lambda name: None)
+    assert missing_gl_library({"MUJOCO_GL": "osmesa"}, lambda name: f"lib{name}.so") is None
+    assert missing_gl_library({"MUJOCO_GL": "glfw"}, lambda name: None) is None  # glfw: not checked here
+
+
+def test_the_test_suite_stops_with_one_line_when_osmesa_is_missing(tmp_path):
+    # sitecustomize hides libOSMesa from ctypes, as on a box without libosmesa6.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import ctypes.util\n"
+        "_find = ctypes.util.find_library\n"
+        "ctypes.util.find_library = lambda name: None if name == 'OSMesa' else _find(name)\n"
+    )
+    env = {**os.environ, "MUJOCO_GL": "osmesa", "PYOPENGL_PLATFORM": "osmesa", "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_rendering.py"],
+                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 4, out.stdout + out.stderr
+    assert "libOSMesa is not installed: apt-get install -y libosmesa6" in out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr and "passed" not in out.stdout
