@@ -53,6 +53,8 @@ from dreamer.errors import UserError  # noqa: E402  (the checkout first: PYTHONP
 # A run finishes its last collector batch, final evaluation and checkpoint after
 # the budget; past this many extra seconds it is considered hung.
 GRACE_S = 600
+# Every launched run's own overrides (beside its run directory): the log is a file, not a terminal.
+LAUNCH_OVERRIDES = ("logger.progress_bar=false",)
 
 
 # -- suites: one preset per algorithm, fixed across tasks --------------------------------
@@ -191,6 +193,8 @@ class SeedResult:
     updates_per_s: float | None = None
     finished_by: str | None = None
     error: str | None = None  # why the seed has no result (not run, crashed)
+    # --check: settings this run had other than its task has now (a preset tuned since it ran).
+    settings_changed: list[str] = field(default_factory=list)
 
 
 def judge(run_dir: Path, minutes: float, threshold: float | None, wall_minutes: float | None = None) -> SeedResult:
@@ -241,7 +245,7 @@ def missing(run_dir: Path, why: str) -> SeedResult:
 def launch(overrides: list[str], minutes: float, run_dir: Path) -> tuple[int, float]:
     """``python -m dreamer`` in its own process, its output in RUN_DIR.log; returns
     (exit status, wall minutes). A run past its budget plus GRACE_S is killed (status -9)."""
-    command = [sys.executable, "-m", "dreamer", *overrides, f"hydra.run.dir={run_dir}", "logger.progress_bar=false"]
+    command = [sys.executable, "-m", "dreamer", *overrides, f"hydra.run.dir={run_dir}", *LAUNCH_OVERRIDES]
     print("$ " + " ".join(command[1:]), flush=True)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -366,6 +370,47 @@ def _median_or_none(values: list[float | None]) -> float | None:
     return None if math.isinf(median) else median
 
 
+def composed_config(overrides: list[str]) -> dict:
+    """The config (as its config.json holds it) that ``python -m dreamer OVERRIDES`` runs with."""
+    import hydra
+    from hydra.core.global_hydra import GlobalHydra
+
+    from dreamer.config import load_config, register_configs, to_dict
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with hydra.initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            return to_dict(load_config(hydra.compose("config", overrides=overrides), environ=os.environ))
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def changed_settings(ran: dict, now: dict) -> list[str]:
+    """'key: ran A, now B' for every setting a finished run's config.json has other than today's."""
+    ran, now = _flatten(ran), _flatten(now)
+    absent = "(absent)"
+    return [f"{key}: ran {ran.get(key, absent)}, now {now.get(key, absent)}"
+            for key in sorted(ran.keys() | now.keys()) if ran.get(key, absent) != now.get(key, absent)]
+
+
+def settings_changed_since(run_dir: Path, suite: Suite, task: Task, seed: int, extra: list[str]) -> list[str]:
+    """What a finished run of TASK ran with other than the task composes today."""
+    now = composed_config([*run_overrides(task.experiment, seed, task.minutes, task.episodes,
+                                          [*task.env, *suite.overrides, *extra]), *LAUNCH_OVERRIDES])
+    return changed_settings(json.loads((run_dir / "config.json").read_text()), now)
+
+
 def _budget_of(run_dir: Path) -> float | None:
     """The train.max_minutes a finished run had (None: not run or not finished)."""
     config = run_dir / "config.json"
@@ -381,11 +426,19 @@ def run_suite(suite: Suite, out: Path, extra: list[str]) -> list[TaskResult]:
     if unfinished:
         raise UserError(f"{unfinished[0]} exists but did not finish (no summary.json); remove it to run it again"
                         + (f" ({len(unfinished) - 1} more)" if len(unfinished) > 1 else ""))
-    for task, _, run_dir in plan:
+    for task, seed, run_dir in plan:
         ran_for = _budget_of(run_dir)
-        if ran_for is not None and not math.isclose(ran_for, task.minutes):
+        if ran_for is None:
+            continue
+        if not math.isclose(ran_for, task.minutes):
             raise UserError(f"{run_dir} ran with a {ran_for:g}-minute budget and {task.name} now has "
                             f"{task.minutes:g}: move it aside to run it again")
+        # A preset tuned since (a learning rate, a network size) must not be judged as today's.
+        changed = settings_changed_since(run_dir, suite, task, seed, extra)
+        if changed:
+            more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+            raise UserError(f"{run_dir} ran with other settings than {task.name} has now ({changed[0]}{more}): "
+                            f"move it aside to run it again")
     results: dict[str, list[SeedResult]] = {t.name: [] for t in suite.tasks}
     for i, (task, seed, run_dir) in enumerate(plan, 1):
         print(f"[{i}/{len(plan)}] {task.name} seed {seed}, {task.minutes:g} min", flush=True)
@@ -408,7 +461,7 @@ def run_suite(suite: Suite, out: Path, extra: list[str]) -> list[TaskResult]:
     return [TaskResult(task, results[task.name]) for task in suite.tasks]
 
 
-def check_suite_runs(suite: Suite, out: Path) -> list[TaskResult]:
+def check_suite_runs(suite: Suite, out: Path, extra: list[str]) -> list[TaskResult]:
     if not out.is_dir():
         raise UserError(f"{out}: not a directory; pass the suite's output directory (its --out)")
     if not any((out / t.name).is_dir() for t in suite.tasks):
@@ -419,8 +472,17 @@ def check_suite_runs(suite: Suite, out: Path) -> list[TaskResult]:
         seeds = []
         for seed in task.seeds:
             run_dir = out / task.name / f"seed_{seed}"
-            seeds.append(judge(run_dir, task.minutes, task.threshold) if run_dir.exists()
-                         else missing(run_dir, "not run"))
+            if not run_dir.exists():
+                seeds.append(missing(run_dir, "not run"))
+                continue
+            result = judge(run_dir, task.minutes, task.threshold)
+            if (run_dir / "config.json").is_file():
+                result.settings_changed = settings_changed_since(run_dir, suite, task, seed, extra)
+            if result.settings_changed:
+                shown, rest = result.settings_changed[:3], len(result.settings_changed) - 3
+                print(f"note: {run_dir} ran with other settings than {task.name} has now "
+                      f"({'; '.join(shown)}{f'; and {rest} more' if rest > 0 else ''}): judged as it ran", flush=True)
+            seeds.append(result)
         tasks.append(TaskResult(task, seeds))
     return tasks
 
@@ -533,7 +595,7 @@ def check_suite(args, extra: list[str]) -> int:
         if len(args.check) != 1:
             raise UserError("with --suite, --check takes one directory: the suite's output (its --out)")
         out = args.out or args.check[0]
-        tasks = check_suite_runs(suite, args.check[0])
+        tasks = check_suite_runs(suite, args.check[0], extra)
     else:
         out = args.out or REPO / "outputs" / "learning_suite" / suite.name
         tasks = run_suite(suite, out, extra)

@@ -89,7 +89,11 @@ def test_the_ci_suite_runs_every_cpu_task_and_check_judges_them_against_the_cpu_
     assert not judged["cartpole_v3"]["ok"] and judged["cartpole_v3"]["seeds"][0]["passed"] is False
     assert [s["error"] for s in judged["pendulum_v3"]["seeds"]] == [None, "not run", "not run"]
     assert judged["dmc_cartpole_swingup_pixels_v3"]["ok"]  # no bar: reported, never failed
-    assert "NO (not run)" in capsys.readouterr().out
+    # Judged as they ran, with what they ran differently from the cpu task today on record.
+    changed = judged["pendulum_v3"]["seeds"][0]["settings_changed"]
+    assert "algo.hidden_dim: ran 16, now 64" in changed and "train.max_minutes: ran 0.5, now 30.0" in changed
+    checked = capsys.readouterr().out
+    assert "NO (not run)" in checked and "pendulum_v3/seed_0 ran with other settings" in checked
 
     # Running the suite again continues it: finished seeds are judged, none retrained.
     assert script.main(["--suite", "ci", "--out", str(out)]) == 0
@@ -104,6 +108,16 @@ def test_the_ci_suite_runs_every_cpu_task_and_check_judges_them_against_the_cpu_
     assert script.main(["--suite", "ci", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "ran with a 30-minute budget and pendulum_v3 now has 0.5" in err and err.count("\n") == 1
+    # Nor one made before its preset was tuned: the changed setting is named.
+    config["train"]["max_minutes"] = 0.5
+    ran_lr = config["algo"]["actor_lr"]
+    config["algo"]["actor_lr"] = ran_lr / 2
+    config_path.write_text(json.dumps(config))
+    assert script.main(["--suite", "ci", "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    err = captured.err
+    assert f"ran with other settings than pendulum_v3 has now (algo.actor_lr: ran {ran_lr / 2}, now {ran_lr})" in err
+    assert err.count("\n") == 1 and "-m dreamer" not in captured.out  # refused before training anything
 
     assert script.main(["--suite", "nope"]) == 2
     assert capsys.readouterr().err == "error: unknown suite 'nope'; choose one of: cpu, ci\n"
