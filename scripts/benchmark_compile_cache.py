@@ -47,8 +47,7 @@ def child(experiment: str, cache_dir: str, artifact: str | None, save_to: str | 
     import torch
     from hydra import compose, initialize_config_dir
 
-    from dreamer.algos.v1.learner import DreamerV1Learner
-    from dreamer.algos.v1.models import build_models
+    from dreamer.algos.registry import algorithm
     from dreamer.config import load_config, register_configs
     from dreamer.data.replay import make_replay_buffer, write
     from dreamer.envs.factory import close_env, make_env
@@ -56,7 +55,8 @@ def child(experiment: str, cache_dir: str, artifact: str | None, save_to: str | 
     from dreamer.system import compile_cache
 
     register_configs()
-    overrides = [f"experiment={experiment}", f"compile.cache_dir={cache_dir}", "buffer.prefetch=0"]
+    # compile=default: presets that ship eager (experiment=small) are measured as compile=default runs them.
+    overrides = [f"experiment={experiment}", "compile=default", f"compile.cache_dir={cache_dir}", "buffer.prefetch=0"]
     if artifact:
         overrides.append(f"compile.cache_artifact={artifact}")
     with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
@@ -66,6 +66,7 @@ def child(experiment: str, cache_dir: str, artifact: str | None, save_to: str | 
     compile_cache.use_cache_dir(cfg.compile)
     if artifact:
         compile_cache.load_artifact(Path(artifact))
+    build_models, learner_cls = algorithm(cfg.algo.name)
     env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
     models = build_models(cfg.algo, cfg.env, env, torch.device("cpu"))
     replay = make_replay_buffer(cfg.buffer, torch.device("cpu"))
@@ -75,7 +76,8 @@ def child(experiment: str, cache_dir: str, artifact: str | None, save_to: str | 
         rollout["collector", "traj_ids"] = torch.full(rollout.shape, steps, dtype=torch.int64)
         steps += write(replay, rollout, models.obs_key)
     close_env(env)
-    learner = DreamerV1Learner(cfg.algo, cfg.compile, models, torch.device("cpu"), batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length)
+    learner = learner_cls(cfg.algo, cfg.compile, models, torch.device("cpu"),
+                          batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length)
     learner.compile()
     setup_done = time.time()
     learner.warmup(replay.sample())

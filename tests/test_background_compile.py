@@ -16,16 +16,18 @@ from tensordict import TensorDict
 from dreamer.run.background_compile import BackgroundCompile, compiles_in_background
 from dreamer.system.distributed import Ranks
 
-# A small V3 run whose compiled losses trace in seconds (dynamo only: backend=eager).
-RUN = ("experiment=pendulum", "compile.enabled=true", "compile.backend=eager", "algo.imagination_horizon=3",
-       "threads=1", "eval.every=100000", "eval.episodes=1", "logger.progress_bar=false", "train.max_minutes=5")
+# A small V3 run (a 3-step imagination) compiled with inductor, as runs are: its C++
+# kernels and cache keys depend on the learner's thread count, which is 2 here.
+RUN = ("experiment=pendulum", "compile.enabled=true", "compile.backend=inductor", "algo.imagination_horizon=3",
+       "threads=2", "eval.every=100000", "eval.episodes=1", "logger.progress_bar=false", "train.max_minutes=8")
 
 
 def test_learning_starts_at_once_and_the_compiled_losses_take_over_when_the_child_is_done(tmp_path):
-    run = start(*RUN, f"hydra.run.dir={tmp_path}")
-    log = tmp_path / "dreamer.log"
+    run_dir = tmp_path / "run"
+    run = start(*RUN, f"hydra.run.dir={run_dir}", f"compile.cache_dir={tmp_path / 'inductor'}")
+    log = run_dir / "dreamer.log"
     try:
-        wait_for(lambda: log.is_file() and "first compiled update" in log.read_text(), 300,
+        wait_for(lambda: log.is_file() and "first compiled update" in log.read_text(), 420,
                  "the first compiled update")
         children = [p for p in psutil.Process(run.pid).children() if p.name().startswith("python")]
         run.send_signal(signal.SIGINT)
@@ -34,11 +36,15 @@ def test_learning_starts_at_once_and_the_compiled_losses_take_over_when_the_chil
         if run.poll() is None:
             run.kill()
     assert run.returncode == 0
-    timers = json.loads((tmp_path / "summary.json").read_text())
+    timers = json.loads((run_dir / "summary.json").read_text())
     # Updates ran while the child compiled; the switch came at a later update.
     assert timers["first_update_s"] < timers["compile_background_s"]
     assert timers["compiled_from_update"] > 1 and timers["compile_warmup_s"] > 0
     assert timers["compile_switch_s"] > 0 and timers["updates"] >= timers["compiled_from_update"]
+    # The switch read what the child compiled (a child at another thread count
+    # left cache entries the run never hit, and the run compiled it all again).
+    assert timers["compile_switch_cache_misses"] == 0, log.read_text()
+    assert "compile caches: 0 hits" not in log.read_text()
     # Its children (multiprocessing's resource tracker; the compile child has exited) end
     # with it; the tracker notices its parent's exit a moment later, so give them a few seconds.
     _, alive = psutil.wait_procs(children, timeout=15)
@@ -48,13 +54,13 @@ def test_learning_starts_at_once_and_the_compiled_losses_take_over_when_the_chil
 def test_a_failed_background_compile_reports_its_error_and_a_running_one_can_be_cancelled(tmp_path):
     cfg = tiny_config(algo="dreamer_v3")
     cfg.env.name = "NoSuchEnv-v0"
-    failing = BackgroundCompile(cfg, torch.device("cpu"), None, TensorDict({}, batch_size=[]), tmp_path)
+    failing = BackgroundCompile(cfg, torch.device("cpu"), None, TensorDict({}, batch_size=[]), tmp_path, threads=1)
     wait_for(lambda: failing.process.exitcode is not None, 120, "the child to fail")
     result = failing.poll()
     assert "NoSuchEnv-v0" in result["error"]
 
     cfg.env.name = "Pendulum-v1"
-    running = BackgroundCompile(cfg, torch.device("cpu"), None, TensorDict({}, batch_size=[]), tmp_path)
+    running = BackgroundCompile(cfg, torch.device("cpu"), None, TensorDict({}, batch_size=[]), tmp_path, threads=1)
     time.sleep(0.5)
     running.cancel()
     assert running.process.exitcode is not None and running.poll() is not None
@@ -94,9 +100,14 @@ def test_the_learner_yields_a_thread_while_the_child_compiles_and_swaps_losses_i
 
     monkeypatch.setattr(trainer_module, "evaluate", lambda *a, **k: EvalResult([1.0, 3.0]))
     seen_threads: list[int] = []
+    child_threads: list[int] = []
+
+    def start_child(*args, threads, **kwargs):
+        child_threads.append(threads)
+        return FakeBackground(ready_after=3, seen_threads=seen_threads)
+
     monkeypatch.setattr(trainer_module, "compiles_in_background", lambda cfg, ranks: True)
-    monkeypatch.setattr(trainer_module, "BackgroundCompile",
-                        lambda *args, **kwargs: FakeBackground(ready_after=3, seen_threads=seen_threads))
+    monkeypatch.setattr(trainer_module, "BackgroundCompile", start_child)
     run, calls = fake_run(tmp_path)
     run.learner.autocast_dtype = None
     run.learner.compile = lambda: calls.update(["learner.compile"])
@@ -108,5 +119,6 @@ def test_the_learner_yields_a_thread_while_the_child_compiles_and_swaps_losses_i
     finally:
         torch.set_num_threads(threads)
     assert seen_threads[:3] == [1, 1, 1] and after == 2  # one thread for the child's core, then back
+    assert child_threads == [2]  # the child compiles for the thread count the losses will run at
     assert calls["learner.compile"] == 1 and calls["update"] == result.updates
     assert run.logger.summary["compiled_from_update"] == 4 and run.logger.summary["compile_warmup_s"] == 3.0

@@ -76,7 +76,11 @@ def compiles_in_background(cfg: Config, ranks: Ranks) -> bool:
 class BackgroundCompile:
     """A child process filling the compile caches; ``poll()`` says when it is done."""
 
-    def __init__(self, cfg, device: torch.device, autocast_dtype, batch, run_dir: Path, threads: int = 1):
+    def __init__(self, cfg, device: torch.device, autocast_dtype, batch, run_dir: Path, *, threads: int):
+        """``threads``: the intra-op thread count the run will execute the compiled
+        losses with. Inductor's CPU kernels specialise on it and its FX-graph cache
+        key holds it, so a child compiling at another count writes entries the run
+        never reads, and the run compiles everything again at the switch."""
         self.result_path = Path(run_dir) / RESULT_NAME
         self.result_path.unlink(missing_ok=True)
         self.started = time.perf_counter()

@@ -41,6 +41,7 @@ class Trainer:
         self.warm = False  # learning has started (the learner compiled and warmed, or compiling in the background)
         self.background: BackgroundCompile | None = None  # compile.background: the child compiling
         self.switched_at: int | None = None  # the update that first ran the background-compiled losses
+        self.cache_lookups_at_switch: dict[str, int] | None = None  # compile-cache counters at the switch
         self.last_eval: EvalResult | None = None
         self.progress: Progress | None = None  # the bar, from the loop's start
         # Throughput counts from the end of the warm-up (set there), eval time excluded.
@@ -149,15 +150,16 @@ class Trainer:
         start compiling in the background (compile.background) and learn eager meanwhile."""
         r, n = self.r, self.r.counters
         if compiles_in_background(r.cfg, r.ranks):
+            self.learner_threads = torch.get_num_threads()
             self.background = BackgroundCompile(
                 r.cfg, r.device, r.learner.autocast_dtype, r.replay.sample(), r.run_dir,
+                threads=self.learner_threads,  # what the compiled losses will run with here
             )
             r.teardown.callback(self.background.cancel)  # a run that ends first stops it
             # The child takes a core: give it one of the learner's threads meanwhile.
             # Intra-op threads that outnumber the free cores wait at every barrier for
             # a descheduled sibling (a 2-thread learner beside one busy process ran
             # 100x slower on 2 cores: docs/PERFORMANCE.md).
-            self.learner_threads = torch.get_num_threads()
             if self.learner_threads > 1:
                 torch.set_num_threads(self.learner_threads - 1)
         else:
@@ -186,6 +188,7 @@ class Trainer:
         n.timers["compile_warmup_s"] = result["seconds"]
         n.timers["compile_background_s"] = result["wall_s"]
         self.r.learner.compile()
+        self.cache_lookups_at_switch = compile_cache.cache_lookups()
         self.switched_at = n.updates + 1
         log.info("background compile done in %.1f s: compiled losses from update %d on",
                  result["wall_s"], self.switched_at)
@@ -193,9 +196,18 @@ class Trainer:
     def _after_first_compiled_update(self, seconds: float) -> None:
         """The first compiled update traced again and read the compile caches."""
         r, n = self.r, self.r.counters
+        lookups = compile_cache.lookups_since(self.cache_lookups_at_switch)
         n.timers["compile_switch_s"] = seconds
         n.timers["compiled_from_update"] = self.switched_at
-        log.info("first compiled update: %.1f s (dynamo tracing, compile caches warm)", seconds)
+        n.timers["compile_switch_cache_misses"] = lookups["misses"]
+        log.info("first compiled update: %.1f s (dynamo tracing; compile caches: %d hits, %d misses)",
+                 seconds, lookups["hits"], lookups["misses"])
+        if lookups["misses"]:
+            # The child compiles under this process's settings into the inherited
+            # TORCHINDUCTOR_CACHE_DIR; a miss means something in a cache key differed.
+            log.warning("the first compiled update compiled %d graph(s) again that the background compile "
+                        "should have left in the cache: the switch took %.0f s instead of seconds",
+                        lookups["misses"], seconds)
         if r.ranks.is_main:
             compile_cache.save_artifact(r.run_dir)
 

@@ -72,6 +72,23 @@ def load_artifact(path: Path) -> bool:
     return True
 
 
+def cache_lookups() -> dict[str, int]:
+    """This process's compile-cache lookups so far (torch's own counters): hits
+    and misses of the FX-graph (inductor) and AOTAutograd caches."""
+    from torch._dynamo.utils import counters
+
+    inductor, aot = counters["inductor"], counters["aot_autograd"]
+    return {
+        "hits": inductor["fxgraph_cache_hit"] + aot["autograd_cache_hit"],
+        "misses": inductor["fxgraph_cache_miss"] + aot["autograd_cache_miss"],
+    }
+
+
+def lookups_since(before: dict[str, int]) -> dict[str, int]:
+    now = cache_lookups()
+    return {kind: now[kind] - before[kind] for kind in now}
+
+
 def save_artifact(run_dir: Path) -> Path | None:
     """Write what this process compiled to ``<run_dir>/compile_cache.bin`` (atomically)."""
     saved = torch.compiler.save_cache_artifacts()
