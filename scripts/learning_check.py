@@ -386,19 +386,11 @@ def composed_config(overrides: list[str]) -> dict:
         GlobalHydra.instance().clear()
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def changed_settings(ran: dict, now: dict) -> list[str]:
     """'key: ran A, now B' for every setting a finished run's config.json has other than today's."""
-    ran, now = _flatten(ran), _flatten(now)
+    from dreamer.run.resume import flatten
+
+    ran, now = flatten(ran), flatten(now)
     absent = "(absent)"
     return [f"{key}: ran {ran.get(key, absent)}, now {now.get(key, absent)}"
             for key in sorted(ran.keys() | now.keys()) if ran.get(key, absent) != now.get(key, absent)]
