@@ -134,14 +134,17 @@ def mapping(cfg, threads: int) -> list[Mapped]:
                 "algo.critic.per_rank_target_network_update_freq=1"]),
         Mapped("reward head trains the world model", "yes (TorchRL's DreamerV3ModelLoss)",
                [f"{wm}.reward_grad=True"]),
-        Mapped("optimiser", f"3 LaProp+AGC (world model, actor, value), 3 backward passes; lr "
+        Mapped("optimiser", f"3 LaProp+AGC (world model, actor, value), 2 backward passes (the world model's, "
+               f"then one for actor and value); lr "
                f"{a.world_model_lr}/{a.actor_lr}/{a.value_lr}, agc {a.agc}, eps {a.adam_eps}",
                [f"algo.optimizer.lr={a.world_model_lr}", f"algo.optimizer.agc={a.agc}",
                 f"algo.optimizer.eps={a.adam_eps}", f"algo.optimizer.warmup={a.lr_warmup_steps}"],
                "not a setting: sheeprl takes one LaProp+AGC step over all weights after one backward"),
         Mapped("precision", "fp32 (no autocast on CPU)", ["fabric.precision=32-true",
                "float32_matmul_precision=highest"], "fp32 as asked; its default 'high' timed the same on this CPU"),
-        Mapped("compile", "per side: ours_eager off, ours_compiled on", ["algo.compile.enabled=False"],
+        Mapped("compile", "per side: ours_eager off, ours_compiled on (actor/value losses and, with "
+               f"compile.rssm_step={cfg.compile.rssm_step}, the RSSM step; the world model's loop eager)",
+               ["algo.compile.enabled=False"],
                "sheeprl eager"),
         Mapped("threads", f"torch.set_num_threads({threads})", [f"num_threads={threads}"],
                "both sides also get OMP_NUM_THREADS"),

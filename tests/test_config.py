@@ -116,6 +116,25 @@ def test_compile_options_carry_the_cudagraphs_choice():
     assert compile_kwargs(cfg.compile)["options"]["triton.cudagraphs"] is True
 
 
+@pytest.mark.parametrize("compile_cfg", [
+    {}, {"cudagraphs": True}, {"mode": "reduce-overhead", "options": None, "cudagraphs": True},
+    {"mode": "max-autotune", "options": None, "cudagraphs": True},
+    {"mode": "max-autotune-no-cudagraphs", "options": None},
+])
+def test_the_rssm_step_never_compiles_with_cuda_graphs(compile_cfg):
+    """The rollout stacks every step's outputs: CUDA-graph replay would overwrite them."""
+    import torch._inductor
+
+    from dreamer.system.compile import rssm_step_compile_kwargs
+
+    kwargs = rssm_step_compile_kwargs(load_config({"compile": compile_cfg}).compile)
+    options = {**torch._inductor.list_mode_options(kwargs.get("mode", "default")), **kwargs.get("options", {})}
+    assert not options.get("triton.cudagraphs"), kwargs
+    assert "mode" not in kwargs or "options" not in kwargs, "torch.compile takes one of the two"
+    if compile_cfg.get("mode", "").startswith("max-autotune"):
+        assert kwargs["mode"] == "max-autotune-no-cudagraphs"
+
+
 def test_collectors_on_cuda_are_refused_in_one_line():
     with pytest.raises(UserError, match="collector.device=cuda: TorchRL hands CUDA weights to worker processes by "
                                         "reference.*use collector.device=cpu"):

@@ -307,6 +307,83 @@ def test_v3_compiled_losses_warm_up_without_touching_return_statistics(state_set
     assert all(math.isfinite(v) for v in learner.flush_metrics().values())
 
 
+def _graphs_traced_by(fn) -> int:
+    """Graphs dynamo traced while ``fn`` ran, from a fresh dynamo state."""
+    torch._dynamo.reset()
+    counters.clear()
+    fn()
+    return counters["stats"]["unique_graphs"]
+
+
+@pytest.mark.parametrize("rssm_step", [True, False])
+def test_v3_compile_takes_one_rssm_step_and_warm_up_covers_it(state_setup, rssm_step):
+    """compile.rssm_step compiles the step the world model's loop calls, not the loop:
+    the world-model loss traces two step graphs whatever the sequence length (the
+    first step starts from zero latents that need no gradient, every later one from
+    the previous step's), the warm-up traces them with gradients as the update runs
+    them, and updates trace nothing after."""
+    cfg, env, batch = state_setup
+    cfg = copy.deepcopy(cfg)
+    cfg.compile.enabled, cfg.compile.backend, cfg.compile.warmup_iters = True, "eager", 1
+    cfg.compile.rssm_step = rssm_step
+    learner = _learner(cfg, env)
+    learner.compile()
+    prepared = learner.prepare(batch.clone())
+    assert prepared.shape[1] > 2
+    traced = _graphs_traced_by(lambda: learner.world_model_loss(prepared.clone()))
+    assert traced == (2 if rssm_step else 0)
+    torch._dynamo.reset()
+    counters.clear()
+    learner.warmup(batch.clone())
+    warmed = counters["stats"]["unique_graphs"]
+    learner.update(batch.clone())
+    learner.update(batch.clone())
+    assert counters["stats"]["unique_graphs"] == warmed, "an update traced the RSSM step or a loss again"
+    assert all(math.isfinite(v) for v in learner.flush_metrics().values())
+
+
+def test_v3_compiled_rssm_step_gives_the_eager_world_model_loss_and_gradients(state_setup):
+    cfg, env, batch = state_setup
+    results = []
+    for rssm_step in (False, True):
+        c = copy.deepcopy(cfg)
+        c.compile.enabled, c.compile.backend, c.compile.rssm_step = True, "aot_eager", rssm_step
+        learner = _learner(c, env)
+        learner.compile()
+        torch.manual_seed(3)  # the rollout draws its categorical samples
+        wm_td, latent = learner.world_model_loss(learner.prepare(batch.clone()))
+        loss = sum(wm_td[k].squeeze() for k in ("loss_model_dynamic", "loss_model_reco", "loss_model_reward"))
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in learner.models.modules.named_parameters() if p.grad is not None}
+        results.append((loss.detach(), latent.get(("next", "state")), grads))
+    (loss0, state0, grads0), (loss1, state1, grads1) = results
+    torch.testing.assert_close(loss1, loss0)
+    torch.testing.assert_close(state1, state0)
+    assert grads1.keys() == grads0.keys() and any(k.startswith("prior.") for k in grads0)
+    for name in grads0:
+        torch.testing.assert_close(grads1[name], grads0[name], msg=name)
+
+
+def test_an_open_loop_report_runs_the_eager_rssm_step_and_traces_nothing(pixel_setup):
+    """The report runs the world model on a few sequences under no_grad: the compiled
+    step (warmed on the update's shape, with gradients) would compile a new graph."""
+    from dreamer.report.openloop import openloop_video
+
+    cfg, env, batch = pixel_setup
+    cfg = copy.deepcopy(cfg)
+    cfg.compile.enabled, cfg.compile.backend, cfg.compile.warmup_iters = True, "eager", 1
+    learner = _learner(cfg, env)
+    learner.compile()
+    learner.warmup(batch.clone())
+    prepared = learner.prepare(batch.clone())
+    counters.clear()
+    video = openloop_video(learner.models, prepared, context=2, sequences=1)
+    assert video.dtype == torch.uint8 and video.shape[0] == cfg.buffer.batch_length
+    assert counters["stats"]["unique_graphs"] == 0
+    traced = _graphs_traced_by(lambda: learner.world_model_loss(prepared[:1].clone()))
+    assert traced == 2, "outside the report the world model runs the compiled step"
+
+
 def _optimizer_state(learner, name: str) -> list[torch.Tensor]:
     opt = learner.optimizers[name]
     return [v.clone() for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]

@@ -81,3 +81,33 @@ def test_benchmark_peers_without_sheeprl_says_how_to_install_it_and_exits_2(tmp_
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr
     assert "sheeprl==0.8.4" in lines[0] and "pip install -c" in lines[0] and "[peers]" in lines[0]
+
+
+# -- scripts/benchmark_update.py --rssm-step-ab: the compiled RSSM step against the eager one --------------
+UPDATE = Path(__file__).resolve().parents[1] / "scripts" / "benchmark_update.py"
+TINY_V3 = ("experiment=small", "compile.backend=eager", "buffer.batch_size=2", "buffer.batch_length=8",
+           "algo.hidden_dim=16", "algo.rssm_hidden_dim=16", "algo.imagination_horizon=3")
+
+
+def _update_script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(UPDATE), *args], capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_benchmark_update_times_the_rssm_step_eager_and_compiled_side_by_side(tmp_path):
+    out = tmp_path / "ab.json"
+    result = _update_script(*TINY_V3, "--threads", "1", "--rssm-step-ab", "2", "--warmup", "1", "--reps", "2",
+                            "--json", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = json.loads(out.read_text())["threads"]["1"]
+    assert len(row["eager_rounds"]) == len(row["compiled_rounds"]) == 2
+    assert row["rssm_step_eager_s"] > 0 and row["rssm_step_compiled_s"] > 0
+    assert row["rssm_step_speedup"] == pytest.approx(row["rssm_step_eager_s"] / row["rssm_step_compiled_s"])
+    assert "compiled step vs eager step" in result.stdout
+
+
+def test_benchmark_update_rssm_step_ab_refuses_a_v1_preset_in_one_line():
+    result = _update_script("experiment=small_v1", "--rssm-step-ab", "1")
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == (
+        "--rssm-step-ab needs a Dreamer V3 preset with compile.rssm_step=true")

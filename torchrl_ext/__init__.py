@@ -16,7 +16,7 @@ from torchrl_ext.replay import (
     SliceCursorWriter,
     StagedDeviceReplayBuffer,
 )
-from torchrl_ext.rssm import CacheableRSSMPrior, SelectiveRSSMRollout
+from torchrl_ext.rssm import CacheableRSSMPrior, SelectiveRSSMRollout, eager_rollout_step
 from torchrl_ext.tensordict_fast_path import install_from_any_fast_path
 from torchrl_ext.weight_sync import (
     LivenessCheckedSharedMemWeightSyncScheme,
@@ -42,6 +42,7 @@ __all__ = [
     "SyncFreeDreamerV3ValueLoss",
     "install_from_any_fast_path",
     "module_to",
+    "eager_rollout_step",
     "page_locked_like",
     "replay_lambda_returns",
 ]

@@ -1,5 +1,11 @@
 """RSSM pieces that keep upstream's numbers and cost less.
 
+``eager_rollout_step``: for the duration, every ``RSSMRolloutV3`` inside a
+module runs its eager step, even where ``compile_rollout("step")`` compiled it.
+A compiled step is specialised to the batch shape and grad mode it was warmed
+on; a caller at another shape (an open-loop report on a few sequences, under
+``no_grad``) would otherwise compile a new graph in the middle of training.
+
 ``SelectiveRSSMRollout``: TorchRL's ``RSSMRollout`` unbinds its whole input over
 time and stacks every key of every step back together, so a world-model
 batch's observations (800 float 64x64 frames for Dreamer V1's 16x50 batch:
@@ -19,10 +25,30 @@ dtype); under autocast it is upstream's forward.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 from tensordict import TensorDictBase
-from torchrl.modules import RSSMPrior
+from torch import nn
+from torchrl.modules import RSSMPrior, RSSMRolloutV3
 from torchrl.modules.models.model_based import RSSMRollout
+
+
+@contextlib.contextmanager
+def eager_rollout_step(module: nn.Module) -> Iterator[None]:
+    # RSSMRolloutV3._loop calls ``_step_fn or _step``; upstream has no public way
+    # back to the eager step that keeps the compiled one (compile_rollout makes a
+    # new torch.compile wrapper, which dynamo would trace again).
+    rollouts = [m for m in module.modules() if isinstance(m, RSSMRolloutV3)]
+    saved = [r._step_fn for r in rollouts]
+    for r in rollouts:
+        r._step_fn = None
+    try:
+        yield
+    finally:
+        for r, step_fn in zip(rollouts, saved):
+            r._step_fn = step_fn
 
 
 class SelectiveRSSMRollout(RSSMRollout):

@@ -168,7 +168,8 @@ class BaseLearner(abc.ABC):
 
     # -- compile --------------------------------------------------------------
     def compile(self) -> None:
-        """Compilable losses through torch.compile (compile.*); the world model stays eager."""
+        """Compilable losses through torch.compile (compile.*); the world model stays eager
+        (an algorithm may compile a part of it: V3 its RSSM step)."""
         self.loss_fns = {name: maybe_compile(fn, self.compile_cfg) for name, fn in self._eager_fns.items()}
 
     @contextlib.contextmanager
@@ -180,10 +181,10 @@ class BaseLearner(abc.ABC):
             self.loss_fns = compiled
 
     def warmup(self, batch: TensorDictBase) -> float:
-        """Compile and exercise the (compiled) losses, forward and backward, on a
-        real batch before the first update; no optimiser step, and the global RNG
-        streams are left as they were (a resumed run continues its own). Returns
-        seconds, the eager pass and the world-model forward included."""
+        """Compile and exercise the (compiled) losses and the world model, forward
+        and backward, on a real batch before the first update; no optimiser step,
+        and the global RNG streams are left as they were (a resumed run continues
+        its own). Returns seconds, the eager pass and the world model included."""
         if not self.compile_cfg.enabled:
             return 0.0
         start = device_clock(self.device)
@@ -193,8 +194,12 @@ class BaseLearner(abc.ABC):
         with torch.random.fork_rng(devices=cuda):
             prepared = self.prepare(batch.clone())
             with self._autocast():
-                with torch.no_grad():
-                    latent = self._world_model_phase(prepared).out
+                # Forward and backward, as the update runs it: a compiled RSSM step
+                # (compile.rssm_step) is specialised to grad mode.
+                world_model = self._world_model_phase(prepared)
+            world_model.loss.backward()
+            latent = world_model.out
+            with self._autocast():
                 # One eager pass first. TorchRL's envs fill a key cache on first use
                 # (EnvBase._cache); traced with it empty, dynamo guards on the empty
                 # cache and traces the whole imagination again on the next call.

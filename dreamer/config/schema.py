@@ -201,7 +201,8 @@ class BufferConfig:
 
 @dataclass
 class CompileConfig:
-    # Actor and value losses go through torch.compile; the world model stays eager.
+    # Actor and value losses go through torch.compile; the world model's loop
+    # over time stays eager (see rssm_step).
     enabled: bool = True
     backend: Literal["inductor", "aot_eager", "eager"] = "inductor"
     # torch.compile rejects mode together with options: set one of the two.
@@ -214,6 +215,12 @@ class CompileConfig:
     # buffers in place and reuse outputs after backward, which graph replay
     # breaks; true is the explicit ask a CUDA-graph mode needs.
     cudagraphs: bool = False
+    # Dreamer V3: also compile one step of the world model's RSSM rollout (prior
+    # and posterior, forward and backward; TorchRL's RSSMRolloutV3.compile_rollout),
+    # called once per time step from the eager loop, never with CUDA graphs.
+    # 1.10-1.16x per update on a 2-core CPU (docs/PERFORMANCE.md). V1's rollout
+    # has no compiled step upstream: there the key changes nothing.
+    rssm_step: bool = True
     # Eager-shaped calls run on the compiled losses before the first real update.
     warmup_iters: int = 2
     # Compile in a spawned process while updates run eager, then switch to the

@@ -23,6 +23,7 @@ from torch import nn
 from dreamer.config import EnvConfig, EvalConfig
 from dreamer.envs.keys import PIXELS_KEY, observation_key
 from dreamer.errors import UserError
+from torchrl_ext import eager_rollout_step
 
 # Trained reconstructions are off by a few levels out of 255: black at gain 1.
 # x4 makes them visible; errors of a quarter of the range and more saturate.
@@ -88,7 +89,10 @@ def openloop_video(models, batch: TensorDictBase, *, context: int, sequences: in
     batch = batch[:sequences]  # (N, T)
     true = batch.get(("next", obs_key))  # (N, T, C, 64, 64) float
 
-    observed = models.world_model(batch[:, :context])  # (N, K) posterior rollout + decoder
+    # The eager RSSM step: a compiled one (compile.rssm_step) is specialised to the
+    # update's batch shape and grad mode, and would compile again here.
+    with eager_rollout_step(models.world_model):
+        observed = models.world_model(batch[:, :context])  # (N, K) posterior rollout + decoder
     reconstructions = observed.get(("next", "reco_" + obs_key))  # (N, K, C, 64, 64) float
     state = observed.get(("next", "state"))[:, -1]  # (N, S) posterior after the last observed step
     belief = observed.get(("next", "belief"))[:, -1]  # (N, H)

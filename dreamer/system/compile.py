@@ -1,9 +1,10 @@
 """Compile policy: what gets torch.compile'd, and with which arguments.
 
-The RSSM world model stays eager (its per-step stack fights CUDA graphs and
-dynamo gains little on a Python loop); the actor and value losses are
-compiled. Compilation is per process: each process that runs a compiled
-module compiles and warms it itself.
+The actor and value losses are compiled. The RSSM world model's loop over
+time stays eager (its per-step stack fights CUDA graphs and dynamo gains
+little on a Python loop); V3 compiles the step it calls (``compile.rssm_step``),
+never with CUDA graphs. Compilation is per process: each process that runs a
+compiled module compiles and warms it itself.
 """
 
 from __future__ import annotations
@@ -30,3 +31,18 @@ def maybe_compile(fn: Callable, cc: CompileConfig) -> Callable:
     if not cc.enabled:
         return fn
     return torch.compile(fn, **compile_kwargs(cc))
+
+
+def rssm_step_compile_kwargs(cc: CompileConfig) -> dict:
+    """torch.compile arguments for one RSSM step: the losses' own, without CUDA
+    graphs (the rollout stacks every step's outputs, which graph replay would
+    overwrite on the next step)."""
+    kwargs = compile_kwargs(cc)
+    mode = kwargs.pop("mode", None)
+    if mode == "max-autotune":
+        kwargs["mode"] = "max-autotune-no-cudagraphs"
+    elif mode in ("default", "max-autotune-no-cudagraphs"):
+        kwargs["mode"] = mode
+    elif cc.backend == "inductor":  # no mode, or reduce-overhead (whose only point is CUDA graphs)
+        kwargs["options"] = {**(cc.options or {}), "triton.cudagraphs": False}
+    return kwargs

@@ -14,6 +14,7 @@ from dreamer.algos.v3.models import DreamerV3Models
 from dreamer.config import CompileConfig, DreamerV3Config
 from dreamer.envs.keys import PIXELS_KEY
 from dreamer.errors import UserError
+from dreamer.system.compile import rssm_step_compile_kwargs
 from torchrl_ext import SkippableDreamerV3Optimizer, SyncFreeDreamerV3ValueLoss
 
 WORLD_MODEL_LOSSES = (
@@ -124,6 +125,14 @@ class DreamerV3Learner(BaseLearner):
         return latent.get("next").select("state", "belief").reshape(-1)
 
     # -- compile --------------------------------------------------------------
+    def compile(self) -> None:
+        """The losses, and one RSSM step of the world model (compile.rssm_step):
+        the loop over time stays eager and calls the compiled step."""
+        super().compile()
+        cc = self.compile_cfg
+        if cc.enabled and cc.rssm_step:
+            self.models.rollout.compile_rollout("step", **rssm_step_compile_kwargs(cc))
+
     def warmup(self, batch: TensorDictBase) -> float:
         # The warm-up must not move the return-normalisation statistics.
         retnorm = {k: v.clone() for k, v in self.actor_loss.retnorm.state_dict().items()}

@@ -2,8 +2,8 @@
 
 One set of ``nn.Module`` weights (``modules``), wired four ways, as in V1
 (dreamer/algos/v1/models.py):
-- ``world_model``: encoder -> RSSMRolloutV3 over (B, T) -> decoder, reward
-  (two-hot logits), continue logit: what DreamerV3ModelLoss trains;
+- ``world_model``: encoder -> RSSMRolloutV3 over (B, T) (``rollout``) -> decoder,
+  reward (two-hot logits), continue logit: what DreamerV3ModelLoss trains;
 - ``model_based_env``: prior + reward head as an imagination env;
 - ``actor`` / ``value`` / ``continuation``: heads on (state, belief);
 - ``policy(explore)``: what the collector and evaluator run on real frames.
@@ -117,6 +117,7 @@ class ToEnvBounds(nn.Module):
 @dataclass
 class DreamerV3Models(ActingPolicy):
     world_model: TensorDictSequential
+    rollout: RSSMRolloutV3  # the world model's loop over time (its step may be compiled: compile.rssm_step)
     model_based_env: DreamerEnv
     actor: ProbabilisticTensorDictSequential
     value: TensorDictSequential
@@ -274,7 +275,7 @@ def build_models(algo_cfg: DreamerV3Config, env_cfg: EnvConfig, env: EnvBase, de
         TensorDictModule(nn.Sigmoid(), in_keys=["continue_logits"], out_keys=["continuation"]),
     )
     return DreamerV3Models(
-        world_model=world_model, model_based_env=model_based_env, actor=actor, value=value,
+        world_model=world_model, rollout=rollout, model_based_env=model_based_env, actor=actor, value=value,
         continuation=continuation, modules=modules, obs_key=obs_key, discrete=discrete,
         action_low=low.to(device), action_high=high.to(device),
     )
