@@ -4,6 +4,7 @@
     python scripts/benchmark_update.py experiment=pendulum buffer.batch_length=32 --threads 1 2
     python scripts/benchmark_update.py experiment=pendulum --compile --json out.json
     python scripts/benchmark_update.py experiment=gym_state --rssm-step-ab 5
+    python scripts/benchmark_update.py experiment=small algo.actor_grad=reinforce --imagination-graph-ab 5
 
 Builds the preset's models and learner (V1 or V3) on the CPU, fills its replay
 buffer with one real rollout of the acting policy (as the collector would), then
@@ -21,11 +22,19 @@ world model's step compiled and eager (``torchrl_ext.eager_rollout_step``): what
 the compiled step alone buys, side by side in one process. Keys per thread
 count: ``rssm_step_eager_s`` / ``rssm_step_compiled_s`` (medians over the
 rounds of each round's median) and ``rssm_step_speedup``.
+
+--imagination-graph-ab ROUNDS (Dreamer V3 with a REINFORCE actor loss: discrete
+actions or algo.actor_grad=reinforce): one learner (compiled if the preset
+compiles) timed in alternating rounds with the imagined rollout recording
+autograd, as upstream does, and without (``ScoreFunctionDreamerEnv``, as built).
+Keys per thread count: ``imagination_graph_recorded_s`` /
+``imagination_graph_skipped_s`` and ``imagination_graph_speedup``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -87,6 +96,49 @@ def time_updates(update, next_batch, warmup: int, reps: int) -> dict:
     return {"wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus), "walls": walls}
 
 
+def alternating_rounds(learner, replay, variant, rounds: int, warmup: int, reps: int) -> tuple[list, list]:
+    """Median seconds per update of each round, ``variant()`` (a context) open and
+    closed in turn, on one learner: ``(with_variant, as_built)`` lists."""
+    with_variant, as_built = [], []
+    for _ in range(rounds):
+        with variant():
+            with_variant.append(time_updates(learner.update, replay.sample, warmup, reps)["wall_s"])
+        as_built.append(time_updates(learner.update, replay.sample, warmup, reps)["wall_s"])
+    return with_variant, as_built
+
+
+@contextlib.contextmanager
+def recorded_imagination(learner):
+    """The imagined rollout records autograd, as upstream's ``DreamerEnv`` does."""
+    env = learner.models.model_based_env
+    kept, env.rollout_gradients = env.rollout_gradients, True
+    try:
+        yield
+    finally:
+        env.rollout_gradients = kept
+
+
+def imagination_graph_ab(cfg, rounds: int, warmup: int, reps: int) -> dict:
+    """Alternating rounds, imagination recorded then not, on one REINFORCE learner."""
+    if cfg.algo.name != "dreamer_v3":
+        raise SystemExit("--imagination-graph-ab needs a Dreamer V3 preset with a REINFORCE actor loss")
+    torch.manual_seed(cfg.seed)
+    learner, replay = build(cfg)
+    if not learner.actor_loss.use_reinforce:
+        raise SystemExit("--imagination-graph-ab needs a REINFORCE actor loss: add algo.actor_grad=reinforce "
+                         "or use a discrete-action env")
+    out: dict = {}
+    if cfg.compile.enabled:
+        learner.compile()
+        out["compile_warmup_s"] = learner.warmup(replay.sample())
+    out["recorded_rounds"], out["skipped_rounds"] = alternating_rounds(
+        learner, replay, lambda: recorded_imagination(learner), rounds, warmup, reps)
+    out["imagination_graph_recorded_s"] = statistics.median(out["recorded_rounds"])
+    out["imagination_graph_skipped_s"] = statistics.median(out["skipped_rounds"])
+    out["imagination_graph_speedup"] = out["imagination_graph_recorded_s"] / out["imagination_graph_skipped_s"]
+    return out
+
+
 def rssm_step_ab(cfg, rounds: int, warmup: int, reps: int) -> dict:
     """Alternating rounds, eager step then compiled step, on one compiled learner."""
     from torchrl_ext import eager_rollout_step
@@ -96,15 +148,31 @@ def rssm_step_ab(cfg, rounds: int, warmup: int, reps: int) -> dict:
     torch.manual_seed(cfg.seed)
     learner, replay = build(cfg)
     learner.compile()
-    out: dict = {"compile_warmup_s": learner.warmup(replay.sample()), "eager_rounds": [], "compiled_rounds": []}
-    for _ in range(rounds):
-        with eager_rollout_step(learner.models.rollout):
-            out["eager_rounds"].append(time_updates(learner.update, replay.sample, warmup, reps)["wall_s"])
-        out["compiled_rounds"].append(time_updates(learner.update, replay.sample, warmup, reps)["wall_s"])
+    out: dict = {"compile_warmup_s": learner.warmup(replay.sample())}
+    out["eager_rounds"], out["compiled_rounds"] = alternating_rounds(
+        learner, replay, lambda: eager_rollout_step(learner.models.rollout), rounds, warmup, reps)
     out["rssm_step_eager_s"] = statistics.median(out["eager_rounds"])
     out["rssm_step_compiled_s"] = statistics.median(out["compiled_rounds"])
     out["rssm_step_speedup"] = out["rssm_step_eager_s"] / out["rssm_step_compiled_s"]
     return out
+
+
+def run_ab(args, results: dict, ab, rounds: int, overrides: list[str], what: str, mode: str,
+           sides: tuple, speedup_key: str, speedup_text: str) -> int:
+    """Run one alternating A/B (``ab(cfg, rounds, warmup, reps)``) per thread count and print it:
+    ``sides`` = ((label, seconds key, rounds key) as A, then as built)."""
+    print(f"{'threads':>7} {what:>12} {'s/update':>9} ({mode}; median of {rounds} rounds of {args.reps})")
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        row = ab(compose([*args.overrides, *overrides]), rounds, args.warmup, args.reps)
+        for label, key, _ in sides:
+            print(f"{threads:>7} {label:>12} {row[key]:9.3f}")
+        rounds_text = ", ".join(f"{label} {row[key]}" for label, _, key in sides)
+        print(f"{threads:>7} {speedup_text}: {row[speedup_key]:.2f}x (rounds: {rounds_text})", flush=True)
+        results["threads"][str(threads)] = row
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,25 +185,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile", action="store_true", help="also time compiled actor/value losses")
     parser.add_argument("--rssm-step-ab", type=int, metavar="ROUNDS",
                         help="V3: compiled losses with the RSSM step eager vs compiled, alternating ROUNDS rounds")
+    parser.add_argument("--imagination-graph-ab", type=int, metavar="ROUNDS",
+                        help="V3, REINFORCE: imagination recording autograd vs not, alternating ROUNDS rounds")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
 
     results: dict = {"overrides": args.overrides, "threads": {}}
     if args.rssm_step_ab:
-        print(f"{'threads':>7} {'RSSM step':>9} {'s/update':>9} (losses compiled; median of "
-              f"{args.rssm_step_ab} rounds of {args.reps})")
-        for threads in args.threads:
-            torch.set_num_threads(threads)
-            row = rssm_step_ab(compose([*args.overrides, "compile.enabled=true"]), args.rssm_step_ab,
-                               args.warmup, args.reps)
-            print(f"{threads:>7} {'eager':>9} {row['rssm_step_eager_s']:9.3f}\n{threads:>7} {'compiled':>9} "
-                  f"{row['rssm_step_compiled_s']:9.3f}\n{threads:>7} compiled step vs eager step: "
-                  f"{row['rssm_step_speedup']:.2f}x (rounds: eager {row['eager_rounds']}, "
-                  f"compiled {row['compiled_rounds']})", flush=True)
-            results["threads"][str(threads)] = row
-        if args.json:
-            args.json.write_text(json.dumps(results, indent=2))
-        return 0
+        return run_ab(args, results, rssm_step_ab, args.rssm_step_ab, ["compile.enabled=true"],
+                      "RSSM step", "losses compiled", (("eager", "rssm_step_eager_s", "eager_rounds"),
+                                                       ("compiled", "rssm_step_compiled_s", "compiled_rounds")),
+                      "rssm_step_speedup", "compiled step vs eager step")
+    if args.imagination_graph_ab:
+        return run_ab(args, results, imagination_graph_ab, args.imagination_graph_ab, [],
+                      "imagination", "the preset's compile setting",
+                      (("recorded", "imagination_graph_recorded_s", "recorded_rounds"),
+                       ("not recorded", "imagination_graph_skipped_s", "skipped_rounds")),
+                      "imagination_graph_speedup", "not recorded vs recorded")
     print(f"{'threads':>7} {'mode':>9} {'s/update':>9} {'updates/s':>10} {'cpu s/update':>13}")
     for threads in args.threads:
         torch.set_num_threads(threads)

@@ -284,6 +284,47 @@ def test_continuous_actor_gradient_follows_algo_actor_grad(state_setup, actor_gr
     assert any(not torch.equal(before[n], after[n]) for n in before if n.startswith("actor."))
 
 
+@pytest.mark.parametrize("actor_grad", ["reinforce", "dynamics"])
+def test_imagination_records_autograd_only_for_a_pathwise_actor_gradient(state_setup, actor_grad):
+    """REINFORCE differentiates nothing through the imagined trajectory, so its
+    rollout records no graph, and the actor and value losses and gradients are
+    those of a rollout that does; dynamics gradients keep the graph."""
+    cfg, env, batch = state_setup
+    cfg = copy.deepcopy(cfg)
+    cfg.algo.actor_grad = actor_grad
+    learner = _learner(cfg, env)
+    env_ = learner.models.model_based_env
+    assert env_.rollout_gradients is (actor_grad == "dynamics")
+    prepared = learner.prepare(batch.clone())
+    latent = learner._world_model_phase(prepared).out.detach()
+    runs = {}
+    for recorded in (True, False):
+        env_.rollout_gradients = recorded
+        torch.manual_seed(5)  # the policy's samples
+        actor = learner._actor_phase(latent)
+        value = learner._value_phase(prepared, latent, actor.out)
+        grads = torch.autograd.grad(
+            [actor.loss, value.loss],
+            [p for n, p in learner.models.modules.named_parameters() if n.startswith(("actor.", "value."))],
+            allow_unused=True,
+        )
+        runs[recorded] = (torch.stack([actor.loss.detach(), value.loss.detach()]), grads)
+    if actor_grad == "reinforce":
+        (losses_on, grads_on), (losses_off, grads_off) = runs[True], runs[False]
+        torch.testing.assert_close(losses_off, losses_on, rtol=0, atol=0)
+        assert any(g is not None and g.abs().sum() > 0 for g in grads_on)
+        for on, off in zip(grads_on, grads_off):
+            assert (on is None) == (off is None)
+            if on is not None:
+                torch.testing.assert_close(off, on, rtol=0, atol=0)
+    env_.rollout_gradients = actor_grad == "dynamics"
+    torch.manual_seed(5)
+    with torch.enable_grad():
+        td = learner._start_states(latent)
+        traj = env_.rollout(3, learner.models.actor, auto_reset=False, tensordict=env_.reset(td.copy()))
+    assert traj.get(("next", "state")).requires_grad is (actor_grad == "dynamics")
+
+
 def test_v3_compiled_losses_warm_up_without_touching_return_statistics(state_setup):
     cfg, env, batch = state_setup
     cfg = copy.deepcopy(cfg)

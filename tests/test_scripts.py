@@ -111,3 +111,24 @@ def test_benchmark_update_rssm_step_ab_refuses_a_v1_preset_in_one_line():
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1] == (
         "--rssm-step-ab needs a Dreamer V3 preset with compile.rssm_step=true")
+
+
+def test_benchmark_update_times_the_imagination_with_and_without_its_graph(tmp_path):
+    out = tmp_path / "imagination.json"
+    result = _update_script(*TINY_V3, "algo.actor_grad=reinforce", "--threads", "1", "--imagination-graph-ab", "2",
+                            "--warmup", "1", "--reps", "2", "--json", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = json.loads(out.read_text())["threads"]["1"]
+    assert len(row["recorded_rounds"]) == len(row["skipped_rounds"]) == 2
+    assert row["imagination_graph_recorded_s"] > 0 and row["imagination_graph_skipped_s"] > 0
+    assert row["imagination_graph_speedup"] == pytest.approx(
+        row["imagination_graph_recorded_s"] / row["imagination_graph_skipped_s"])
+    assert "not recorded vs recorded" in result.stdout
+
+
+def test_benchmark_update_imagination_graph_ab_needs_a_reinforce_actor_loss():
+    """Pendulum's actions are continuous: actor_grad=auto takes dynamics gradients."""
+    result = _update_script(*TINY_V3, "--imagination-graph-ab", "1")
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "--imagination-graph-ab needs a REINFORCE actor loss: add algo.actor_grad=reinforce")

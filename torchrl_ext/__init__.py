@@ -7,7 +7,7 @@ from torchrl_ext.collectors import SchemeClosingMultiAsyncCollector
 from torchrl_ext.device import module_to
 from torchrl_ext.dreamer_v3 import SyncFreeDreamerV3ValueLoss, replay_lambda_returns
 from torchrl_ext.host_memory import page_locked_like
-from torchrl_ext.imagination import FixedBoundsTanhNormal, NonTerminatingDreamerEnv
+from torchrl_ext.imagination import FixedBoundsTanhNormal, NonTerminatingDreamerEnv, ScoreFunctionDreamerEnv
 from torchrl_ext.obs_decoder import MatmulObsDecoder
 from torchrl_ext.optim import SkippableDreamerV3Optimizer
 from torchrl_ext.replay import (
@@ -35,6 +35,7 @@ __all__ = [
     "PlainWriteReplayBuffer",
     "ReceiverDied",
     "SchemeClosingMultiAsyncCollector",
+    "ScoreFunctionDreamerEnv",
     "SelectiveRSSMRollout",
     "SkippableDreamerV3Optimizer",
     "SliceCursorWriter",

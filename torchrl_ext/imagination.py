@@ -42,6 +42,31 @@ class NonTerminatingDreamerEnv(DreamerEnv):
         return tensordict
 
 
+class ScoreFunctionDreamerEnv(DreamerEnv):
+    """A :class:`~torchrl.envs.DreamerEnv` whose rollouts can skip recording autograd.
+
+    With a score-function (REINFORCE) actor loss, which DreamerV3 uses for
+    discrete actions, nothing is differentiated through the imagined trajectory:
+    :class:`~torchrl.objectives.DreamerV3ActorLoss` re-scores the stopped actions
+    from stopped states and the value loss reads the trajectory detached. The
+    rollout still records a graph (the policy's samples are reparameterised, so
+    every imagined step hangs off the actor's weights) that is then freed unused.
+    With ``rollout_gradients=False`` ``rollout`` runs under ``torch.no_grad()``:
+    the same values, without the recording. Leave it True for dynamics
+    (pathwise) gradients.
+    """
+
+    def __init__(self, *args, rollout_gradients: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rollout_gradients = rollout_gradients
+
+    def rollout(self, *args, **kwargs):
+        if self.rollout_gradients:
+            return super().rollout(*args, **kwargs)
+        with torch.no_grad():
+            return super().rollout(*args, **kwargs)
+
+
 class ClampedTanhTransform(SafeTanhTransform):
     """TorchRL's ``SafeTanhTransform`` forward in plain tensor ops.
 

@@ -55,6 +55,10 @@ class DreamerV3Learner(BaseLearner):
     ):
         a = algo_cfg
         obs_key = models.obs_key
+        reinforce = _use_reinforce(a.actor_grad, models.discrete)
+        # A REINFORCE actor loss differentiates nothing through the imagined
+        # trajectory: the rollout need not record autograd (same values).
+        models.model_based_env.rollout_gradients = not reinforce
         self.world_model_loss = DreamerV3ModelLoss(
             models.world_model,
             kl_mode="separate",  # the paper's dynamics and representation terms
@@ -72,7 +76,7 @@ class DreamerV3Learner(BaseLearner):
             continuation_model=models.continuation,
             imagination_horizon=a.imagination_horizon,
             entropy_bonus=a.entropy_scale,
-            use_reinforce=_use_reinforce(a.actor_grad, models.discrete),
+            use_reinforce=reinforce,
             return_normalization_rate=a.return_norm_rate,
             return_normalization_min_scale=a.return_norm_min_scale,
         ).to(device)

@@ -35,7 +35,7 @@ from tensordict.nn import (
     TensorDictSequential,
 )
 from torch import nn
-from torchrl.envs import DreamerEnv, EnvBase
+from torchrl.envs import EnvBase
 from torchrl.modules import (
     DreamerV3DiscreteActor,
     DreamerV3ImageDecoder,
@@ -55,6 +55,7 @@ from dreamer.config import DreamerV3Config, EnvConfig
 from dreamer.data.transforms import PixelPreprocess
 from dreamer.envs.factory import is_discrete
 from dreamer.envs.keys import PIXELS_KEY, observation_key
+from torchrl_ext import ScoreFunctionDreamerEnv
 
 # Image encoder stage widths (x encoder_channels): four stride-2 stages, 64 -> 4.
 IMAGE_MULTS = (2, 3, 4, 4)
@@ -118,7 +119,7 @@ class ToEnvBounds(nn.Module):
 class DreamerV3Models(ActingPolicy):
     world_model: TensorDictSequential
     rollout: RSSMRolloutV3  # the world model's loop over time (its step may be compiled: compile.rssm_step)
-    model_based_env: DreamerEnv
+    model_based_env: ScoreFunctionDreamerEnv
     actor: ProbabilisticTensorDictSequential
     value: TensorDictSequential
     continuation: TensorDictSequential
@@ -247,7 +248,8 @@ def build_models(algo_cfg: DreamerV3Config, env_cfg: EnvConfig, env: EnvBase, de
         TensorDictModule(modules["continuation"], in_keys=latent_next, out_keys=[("next", "continue_pred")]),
     )
 
-    model_based_env = DreamerEnv(
+    # The learner sets rollout_gradients=False for a REINFORCE actor loss.
+    model_based_env = ScoreFunctionDreamerEnv(
         world_model=WorldModelWrapper(
             TensorDictModule(
                 modules["prior"], in_keys=["state", "belief", "action"], out_keys=["_", "state", "belief"]
