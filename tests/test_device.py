@@ -81,17 +81,20 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 
 @needs_cuda
 @pytest.mark.parametrize("pixels", [False, True], ids=["states", "pixels"])
-@pytest.mark.parametrize("algo", ["dreamer_v1", "dreamer_v3"])
+@pytest.mark.parametrize("algo", ["dreamer_v1", "dreamer_v3", "dreamer_v3_reinforce"])
 def test_compiled_updates_on_cuda_never_sync_and_never_trace_again(algo, pixels):
     """Compiled (inductor) V1 and V3 updates under the autocast ``auto`` picks (bf16
     where the GPU runs it natively): after warm-up, updates make no host sync
-    (sync-debug mode "error" raises on one) and trace no graph again."""
+    (sync-debug mode "error" raises on one) and trace no graph again. V3 with
+    REINFORCE imagines without recording autograd (ScoreFunctionDreamerEnv)."""
     from helpers_unit import learner_on, tiny_config
     from torch._dynamo.utils import counters
 
     from dreamer.config import validate
 
-    cfg = tiny_config(pixels=pixels, algo=algo)
+    cfg = tiny_config(pixels=pixels, algo=algo.removesuffix("_reinforce"))
+    if algo.endswith("_reinforce"):
+        cfg.algo.actor_grad = "reinforce"
     cfg.compile.enabled, cfg.compile.backend, cfg.compile.warmup_iters = True, "inductor", 1
     cfg = validate(cfg)
     device = torch.device("cuda")
