@@ -150,7 +150,7 @@ def mapping(cfg, threads: int) -> list[Mapped]:
                "both sides also get OMP_NUM_THREADS"),
         Mapped("metrics", "every update's metrics kept as device tensors", ["metric.log_level=1"],
                "sheeprl's default: its aggregator is updated every update"),
-        Mapped("host memory", f"retain_host_memory={cfg.retain_host_memory} (set at start, as the app's learner)",
+        Mapped("host memory", f"retain_host_memory={cfg.retain_host_memory} (as the app's learner sets at start)",
                [], "sheeprl: glibc's malloc defaults"),
         Mapped("batches", "a replay filled by a rollout of our acting policy; replay.sample() untimed", [],
                "sheeprl: windows of a random-action rollout, time first; untimed"),
@@ -197,11 +197,8 @@ def build_ours(spec: dict) -> Built:
     from benchmark_update import build, compose
 
     from dreamer.system import compile_cache
-    from dreamer.system.memory import retain_freed_host_memory
 
     cfg = compose(spec["overrides"])
-    if cfg.retain_host_memory:  # what the app's learner process does at start (dreamer/run/build.py)
-        retain_freed_host_memory()
     torch.manual_seed(cfg.seed)
     learner, replay = build(cfg, spec.get("fill_steps"))
     modules = learner.models.modules

@@ -10,7 +10,8 @@ Builds the preset's models and learner (V1 or V3) on the CPU, fills its replay
 buffer with one real rollout of the acting policy (as the collector would), then
 times ``learner.update(replay.sample())``: --reps updates after --warmup
 untimed ones, for each thread count; prints the median seconds per update,
-updates/s and the median process CPU seconds (robust on a shared box). With
+updates/s and the median process CPU seconds (robust on a shared box). The
+process's malloc policy is the app's (``retain_host_memory``, on by default). With
 --compile the same config is also timed with its actor/value losses compiled
 (compile.enabled=true), after reporting the compile warm-up time. Keys in --json:
 per thread count, ``eager_s`` / ``compiled_s`` (median s/update),
@@ -59,11 +60,16 @@ def compose(overrides: list[str]):
 
 def build(cfg, fill_steps: int | None = None):
     """Learner and a replay buffer filled by ``fill_steps`` steps of the acting policy (default: 4 batches,
-    at least 1000); prefetch off: nothing runs beside the timing."""
+    at least 1000); prefetch off: nothing runs beside the timing. With ``retain_host_memory`` (the default)
+    this process's malloc keeps freed memory, as the app's learner process does at start
+    (dreamer/run/build.py): without it a size1m update page-faults ~14k times."""
     from dreamer.algos.registry import algorithm
     from dreamer.data.replay import make_replay_buffer, write
     from dreamer.envs.factory import close_env, make_env
+    from dreamer.system.memory import retain_freed_host_memory
 
+    if cfg.retain_host_memory:
+        retain_freed_host_memory()
     cfg.buffer.prefetch = 0
     a, cpu = cfg.algo, torch.device("cpu")
     env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
