@@ -192,14 +192,20 @@ def test_listed_names_are_accepted(backend):
 
 def test_a_dm_control_env_closed_unused_leaves_no_garbage_that_hangs_the_process():
     # A dm_control pixel env built and closed unused (the run's proof env is: dreamer/run/build.py does
-    # this in the learner process). Collecting that garbage later -- which
-    # Python's cyclic GC will do at some point of a run -- must not deadlock.
+    # this in the learner process), and the evaluation's batch of them, unused and used. Collecting
+    # that garbage later -- which Python's cyclic GC will do at some point of a run -- must not deadlock.
     # A subprocess with a timeout, so a hang fails this test instead of the suite.
     code = (
         "import gc\n"
         "from dreamer.config import EnvConfig, load_config\n"
         "from dreamer.envs.factory import close_env, make_env\n"
-        "close_env(make_env(EnvConfig(backend='dm_control', name='cartpole-balance', from_pixels=True), load_config({}).algo))\n"
+        "from dreamer.envs.factory import make_eval_env\n"
+        "cfg = EnvConfig(backend='dm_control', name='cartpole-balance', from_pixels=True)\n"
+        "close_env(make_env(cfg, load_config({}).algo))\n"
+        "close_env(make_eval_env(cfg, load_config({}).algo, episodes=2, seed=0))\n"  # never started
+        "evaluation = make_eval_env(cfg, load_config({}).algo, episodes=2, seed=0)\n"
+        "evaluation.rollout(2)\n"  # started: two envs, two render contexts
+        "close_env(evaluation)\n"
         "gc.collect()\n"
         "print('collected', flush=True)\n"
     )

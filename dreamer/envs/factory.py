@@ -25,6 +25,7 @@ from torchrl.envs import (
     DoubleToFloat,
     EnvBase,
     RewardSum,
+    SerialEnv,
     StepCounter,
     TensorDictPrimer,
     Transform,
@@ -207,17 +208,38 @@ def env_factory(env_cfg: EnvConfig, algo_cfg: AlgoConfig, *, seed: int) -> Calla
     return functools.partial(make_env, env_cfg, algo_cfg, seed=seed)
 
 
+# The most envs one evaluation steps together: more episodes take more rollouts.
+# Bounds the evaluation's memory (a dm_control pixel env holds its own render context).
+EVAL_ENVS_MAX = 16
+
+
+def make_eval_env(
+    env_cfg: EnvConfig, algo_cfg: AlgoConfig, *, episodes: int, seed: int, record_pixels: bool = False
+) -> SerialEnv:
+    """One env per evaluation episode (at most ``EVAL_ENVS_MAX``; seeds ``seed``,
+    ``seed + 1``, ...) stepped together in this process: the evaluation's policy
+    acts on all of them at once instead of once per episode per step."""
+    envs = min(episodes, EVAL_ENVS_MAX)
+    # One constructor, the seeds as its arguments: TorchRL then builds one env (not one per
+    # seed) to read the specs from, and the batch is built at its first reset.
+    return SerialEnv(envs, functools.partial(make_env, env_cfg, algo_cfg, record_pixels=record_pixels),
+                     create_env_kwargs=[{"seed": seed + i} for i in range(envs)])
+
+
 def close_env(env: EnvBase) -> None:
-    """Close an env, freeing dm_control's GL contexts first.
+    """Close an env (or a batch of them), freeing dm_control's GL contexts first.
 
     A dm_control pixel env that is merely closed leaves its rendering contexts
     to the cyclic garbage collector, whose finaliser can deadlock the process
     (osmesa: every time). Freeing the physics releases them here, in order.
     """
-    base = getattr(env, "base_env", env)
-    physics = getattr(getattr(base, "_env", None), "physics", None)
-    if physics is not None and callable(getattr(physics, "free", None)):
-        physics.free()
+    if isinstance(env, SerialEnv) and env.is_closed:
+        return  # never started: it built no env (a SerialEnv starts at its first reset)
+    for single in env._envs if isinstance(env, SerialEnv) else [env]:
+        base = getattr(single, "base_env", single)
+        physics = getattr(getattr(base, "_env", None), "physics", None)
+        if physics is not None and callable(getattr(physics, "free", None)):
+            physics.free()
     env.close()
 
 

@@ -1,4 +1,4 @@
-"""Evaluation: deterministic episodes on a separate env, returns and optional video."""
+"""Evaluation: deterministic episodes on separate envs stepped as one batch, returns and optional video."""
 
 from __future__ import annotations
 
@@ -27,17 +27,23 @@ class EvalResult:
 
 @torch.no_grad()
 def evaluate(env: EnvBase, policy, *, episodes: int, max_steps: int, record: bool) -> EvalResult:
-    """Run ``episodes`` episodes with the policy's mode (no exploration noise).
+    """``episodes`` episodes with the policy's mode (no exploration noise), played
+    by the batch ``env`` (``make_eval_env``): each rollout plays one episode on
+    each of its envs, stepped together, until ``episodes`` are done.
 
-    With ``record``, the first episode's frames are returned for a video.
+    An env whose episode ends early waits, unstepped, for the others (TorchRL's
+    partial steps), so each keeps its first episode's return. With ``record``,
+    the first env's frames up to its episode's end are returned for a video.
     """
     returns, frames = [], None
     with set_exploration_type(ExplorationType.DETERMINISTIC):
-        for episode in range(episodes):
+        while len(returns) < episodes:
             rollout = env.rollout(
-                max_steps, policy, auto_cast_to_device=True, break_when_any_done=True
-            )
-            returns.append(float(rollout["next", "episode_reward"][-1]))
-            if record and episode == 0 and PIXELS_KEY in rollout.keys():
-                frames = rollout[PIXELS_KEY].cpu()
-    return EvalResult(returns=returns, frames=frames)
+                max_steps, policy, auto_cast_to_device=True, break_when_any_done=False, break_when_all_done=True
+            )  # (envs, T): after its episode's end, an env's row repeats its last step
+            returns += rollout["next", "episode_reward"][:, -1].reshape(-1).tolist()
+            if record and frames is None and PIXELS_KEY in rollout.keys():
+                done = rollout[0]["next", "done"].reshape(-1)
+                length = int(done.nonzero()[0]) + 1 if done.any() else done.numel()
+                frames = rollout[0, :length][PIXELS_KEY].cpu()
+    return EvalResult(returns=returns[:episodes], frames=frames)

@@ -16,7 +16,7 @@ from dreamer.config import Config, to_dict
 from dreamer.data.collectors import make_collector, seconds_per_agent_step, worker_policy, workers_hold_a_copy
 from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buffer, use_pinned_memory
 from dreamer.data.supervisor import SupervisedCollector
-from dreamer.envs.factory import close_env, make_env
+from dreamer.envs.factory import close_env, make_env, make_eval_env
 from dreamer.envs.rendering import configure_mujoco_gl
 from dreamer.report.console import quiet_worker
 from dreamer.report.logger import RunLogger
@@ -135,8 +135,11 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
 
         if not compiles_in_background(cfg, ranks):
             learner.compile()  # else the trainer swaps compiled losses in when the child is done
-        eval_env = make_env(cfg.env, cfg.algo, seed=cfg.seed + 10**6, record_pixels=cfg.eval.video)
-        teardown.callback(close_env, eval_env)
+        eval_env = None  # rank 0 alone evaluates
+        if ranks.is_main:
+            eval_env = make_eval_env(cfg.env, cfg.algo, episodes=cfg.eval.episodes, seed=cfg.seed + 10**6,
+                                     record_pixels=cfg.eval.video)
+            teardown.callback(close_env, eval_env)
         updates_per_step = cfg.train.train_ratio / (cfg.buffer.batch_size * cfg.buffer.batch_length)
         cadence = Cadence(
             ratio=Ratio(updates_per_step),

@@ -64,7 +64,7 @@ class Run:
     learner: Any  # a BaseLearner
     replay: Any  # a TensorDictReplayBuffer
     collector: Any  # a SupervisedCollector
-    eval_env: Any
+    eval_env: Any  # a SerialEnv, one env per evaluation episode (make_eval_env); None off rank 0
     eval_policy: Any
     cadence: Cadence
     logger: Any  # a RunLogger

@@ -216,10 +216,8 @@ class Trainer:
         if not r.ranks.is_main:
             return
         start = time.perf_counter()
-        result = evaluate(
-            r.eval_env, r.eval_policy, episodes=c.eval.episodes,
-            max_steps=c.env.max_episode_steps, record=c.eval.video,
-        )
+        result = evaluate(r.eval_env, r.eval_policy, episodes=c.eval.episodes,
+                          max_steps=c.env.max_episode_steps, record=c.eval.video)
         self.last_eval = result
         if self.progress is not None:
             self.progress.evaluated(time.perf_counter() - start, result.mean)
