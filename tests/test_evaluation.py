@@ -59,6 +59,10 @@ def test_batched_episodes_score_what_each_episode_scores_alone():
 def test_more_episodes_than_envs_take_more_rollouts(monkeypatch):
     monkeypatch.setattr(factory, "EVAL_ENVS_MAX", 2)
     policy = lean_policy()
+    assert make_eval_env(CARTPOLE, ALGO, episodes=3, seed=0).batch_size == (2,)
+    monkeypatch.setattr(factory, "EVAL_ENVS_MAX", 4)
+    assert make_eval_env(CARTPOLE, ALGO, episodes=5, seed=0).batch_size == (3,)  # 3 + 2, not 4 + 4
+    monkeypatch.setattr(factory, "EVAL_ENVS_MAX", 2)
     env = make_eval_env(CARTPOLE, ALGO, episodes=5, seed=100)
     try:
         assert env.batch_size == (2,)

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from helpers_unit import load_script
 
 SCRIPTS = sorted((Path(__file__).resolve().parents[1] / "scripts").glob("*.py"))
 
@@ -134,25 +136,30 @@ def test_benchmark_update_imagination_graph_ab_needs_a_reinforce_actor_loss():
         "--imagination-graph-ab needs a REINFORCE actor loss: add algo.actor_grad=reinforce")
 
 
-# -- scripts/benchmark_eval.py: the evaluation batched against one episode at a time -----------------------
-def test_benchmark_eval_times_the_batched_evaluation_against_one_episode_at_a_time(tmp_path):
+# -- scripts/benchmark_eval.py: the evaluation batched against one episode at a time (in-process) -----------
+def test_benchmark_eval_times_the_batched_evaluation_against_one_episode_at_a_time(tmp_path, capsys):
     out = tmp_path / "eval.json"
-    script = Path(__file__).resolve().parents[1] / "scripts" / "benchmark_eval.py"
-    result = subprocess.run(
-        [sys.executable, str(script), "experiment=small", "env=pendulum", "eval.episodes=3", "env.max_episode_steps=8",
-         "buffer.batch_length=4",
-         "algo.hidden_dim=16", "algo.rssm_hidden_dim=16", "--rounds", "2", "--threads", "1", "--json", str(out)],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    assert result.returncode == 0, result.stderr[-3000:]
+    threads = torch.get_num_threads()  # the script sets this process's; the tests after it keep theirs
+    try:
+        code = load_script("benchmark_eval").main([
+            "experiment=small", "env=pendulum", "eval.episodes=3", "env.max_episode_steps=8", "buffer.batch_length=4",
+            "algo.hidden_dim=16", "algo.rssm_hidden_dim=16", "--rounds", "2", "--threads", "1", "--json", str(out)])
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0
     row = json.loads(out.read_text())
     assert row["episodes"] == 3 and row["frames_per_eval"] == 3 * 8 * 2  # Pendulum's action repeat: 2
+    assert len(row["batched_rounds"]) == len(row["one_by_one_rounds"]) == 2
     assert row["speedup"] == pytest.approx(row["one_by_one_s"] / row["batched_s"])
-    assert "one by one" in result.stdout and "batched" in result.stdout
+    printed = capsys.readouterr().out
+    assert "one by one" in printed and "batched" in printed
 
 
-def test_benchmark_eval_answers_bad_overrides_in_one_line():
-    script = Path(__file__).resolve().parents[1] / "scripts" / "benchmark_eval.py"
-    result = subprocess.run([sys.executable, str(script), "experiment=small", "eval.episodes=0"],
-                            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and "eval.episodes" in result.stderr
+def test_benchmark_eval_answers_bad_overrides_in_one_line(capsys):
+    threads = torch.get_num_threads()
+    try:
+        assert load_script("benchmark_eval").main(["experiment=small", "eval.episodes=0"]) == 2
+    finally:
+        torch.set_num_threads(threads)
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: ") and "eval.episodes" in err

@@ -216,10 +216,12 @@ EVAL_ENVS_MAX = 16
 def make_eval_env(
     env_cfg: EnvConfig, algo_cfg: AlgoConfig, *, episodes: int, seed: int, record_pixels: bool = False
 ) -> SerialEnv:
-    """One env per evaluation episode (at most ``EVAL_ENVS_MAX``; seeds ``seed``,
-    ``seed + 1``, ...) stepped together in this process: the evaluation's policy
-    acts on all of them at once instead of once per episode per step."""
-    envs = min(episodes, EVAL_ENVS_MAX)
+    """One env per evaluation episode (at most ``EVAL_ENVS_MAX``, the episodes
+    then shared evenly between rollouts; seeds ``seed``, ``seed + 1``, ...)
+    stepped together in this process: the evaluation's policy acts on all of
+    them at once instead of once per episode per step."""
+    rollouts = -(-episodes // EVAL_ENVS_MAX)
+    envs = -(-episodes // rollouts)  # 20 episodes: 2 rollouts of 10, not 16 and 16 (12 played for nothing)
     # One constructor, the seeds as its arguments: TorchRL then builds one env (not one per
     # seed) to read the specs from, and the batch is built at its first reset.
     return SerialEnv(envs, functools.partial(make_env, env_cfg, algo_cfg, record_pixels=record_pixels),
