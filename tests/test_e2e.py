@@ -73,6 +73,9 @@ def test_smoke_run_leaves_summary_metrics_checkpoint_and_videos(smoke_run: Path)
     assert all({"frames", "updates"} <= m.keys() for m in metrics)
     assert any("loss_model_reco" in m for m in metrics)
     assert any("eval_return_mean" in m for m in metrics)
+    # The training curve: 300 agent steps hold six 50-step episodes, the last may end after the last record.
+    assert 5 <= sum(m.get("train_episodes", 0) for m in metrics) <= 6
+    assert all(m["train_episode_length"] == 50 for m in metrics if "train_episodes" in m)
     assert list((smoke_run / "checkpoints").glob("ckpt_*.pt"))
     assert list((smoke_run / "videos").glob("eval_video_*.mp4"))
     # open-loop imagination: batch_length steps, rows true / predicted / error, batch_size columns

@@ -28,13 +28,14 @@ STEPS = 10  # agent steps per fake collector batch
 
 
 class FakeCollector:
-    def __init__(self, calls: Counter, batches: int, on_batch=None):
+    def __init__(self, calls: Counter, batches: int, on_batch=None, make_batch=None):
         self.calls, self.batches, self.on_batch = calls, batches, on_batch or (lambda i: None)
+        self.make_batch = make_batch or (lambda i: TensorDict({}, batch_size=[STEPS]))
 
     def __iter__(self):
         for i in range(self.batches):
             self.on_batch(i)  # may raise (a dead worker) or ask to stop
-            yield TensorDict({}, batch_size=[STEPS])
+            yield self.make_batch(i)
 
     def update_policy_weights_(self):
         self.calls["weights"] += 1
@@ -111,7 +112,7 @@ class FakeLogger:
         self.calls["logger.rewind"] += 1
 
 
-def fake_run(tmp_path, *, batches=6, on_batch=None, requeue=False, fail_at_update=None):
+def fake_run(tmp_path, *, batches=6, on_batch=None, requeue=False, fail_at_update=None, make_batch=None):
     """A Run of fakes, its teardown wired as build_run wires it."""
     cfg = tiny_config()
     cfg.env.action_repeat = 1
@@ -126,7 +127,7 @@ def fake_run(tmp_path, *, batches=6, on_batch=None, requeue=False, fail_at_updat
     teardown.callback(stopper.uninstall)
     collection = teardown.enter_context(contextlib.ExitStack())
     collection.callback(lambda: calls.update(["trace_window.finish"]))
-    collector = FakeCollector(calls, batches, on_batch)
+    collector = FakeCollector(calls, batches, on_batch, make_batch)
     collection.callback(collector.shutdown)
     teardown.callback(lambda: calls.update(["eval_env.close"]))
     logger = FakeLogger(calls)
@@ -170,6 +171,23 @@ def test_a_run_to_total_frames_evaluates_checkpoints_and_summarises(tmp_path):
     assert run.logger.summary == result.to_dict() and calls["learning_curve"] == 1
     assert ckpt.load_latest(tmp_path)["counters"]["updates"] == 60
     assert torn_down_once(calls)
+
+
+def test_the_log_records_the_returns_of_the_episodes_collected_since_the_last_one(tmp_path):
+    """Each fake batch ends one episode (returning 10 x its index) at its last step;
+    a record every 20 updates (two batches) reports those two episodes, once."""
+    def batch_ending_an_episode(i):
+        done = torch.zeros(STEPS, 1, dtype=torch.bool)
+        done[-1] = True
+        return TensorDict({"next": {"done": done, "episode_reward": torch.full((STEPS, 1), 10.0 * i),
+                                    "step_count": torch.arange(1, STEPS + 1).unsqueeze(-1)}}, batch_size=[STEPS])
+
+    run, _ = fake_run(tmp_path, make_batch=batch_ending_an_episode)
+    run.cadence.log_due = Every(20)
+    Trainer(run).run()
+    logged = [(r["updates"], r["train_return_mean"], r["train_return_min"], r["train_episodes"],
+               r["train_episode_length"]) for r in run.logger.records if "train_return_mean" in r]
+    assert logged == [(20, 5.0, 0.0, 2, STEPS), (40, 25.0, 20.0, 2, STEPS), (60, 45.0, 40.0, 2, STEPS)]
 
 
 def test_a_stop_signal_mid_batch_checkpoints_refunds_and_skips_the_final_eval(tmp_path):

@@ -12,6 +12,7 @@ from torch.profiler import record_function
 from dreamer.config import Config
 from dreamer.data.replay import write
 from dreamer.data.supervisor import WorkerDied
+from dreamer.report.episodes import CollectedEpisodes
 from dreamer.report.evaluation import EvalResult, evaluate
 from dreamer.report.openloop import openloop_video
 from dreamer.report.progress import Progress
@@ -43,6 +44,7 @@ class Trainer:
         self.switched_at: int | None = None  # the update that first ran the background-compiled losses
         self.cache_lookups_at_switch: dict[str, int] | None = None  # compile-cache counters at the switch
         self.last_eval: EvalResult | None = None
+        self.episodes = CollectedEpisodes()  # the collector's finished episodes, until the next log record
         self.progress: Progress | None = None  # the bar, from the loop's start
         # Throughput counts from the end of the warm-up (set there), eval time excluded.
         self.steady_start: float | None = None
@@ -134,6 +136,7 @@ class Trainer:
         n = self.r.counters
         with record_function("## collect/write ##"):
             steps = write(self.r.replay, batch, self.r.models.obs_key)
+        self.episodes.add(batch)
         n.steps += steps
         n.frames += steps * self.r.cfg.env.action_repeat
         return steps
@@ -245,6 +248,7 @@ class Trainer:
         record = {"frames": n.frames, "updates": n.updates}
         record.update(r.learner.flush_metrics())  # the one host sync of this interval
         record.update(self._rates())
+        record.update(self.episodes.flush())
         record["train_ratio_achieved"] = self._train_ratio_achieved()
         r.logger.log(record)
         health.stop_if_diverged(record, r.cfg.train.stop_after_nonfinite, r.save)
