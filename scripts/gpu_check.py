@@ -3,6 +3,8 @@
     python scripts/gpu_check.py                  # everything this machine can check
     python scripts/gpu_check.py --json out.json  # and the results as JSON
     python scripts/gpu_check.py --cpu-only       # the CPU-provable subset only (what CI runs)
+    python scripts/gpu_check.py --gpu-only --quick --budget-s 540 --pytest-workers 8
+                                                 # a lent GPU for minutes: the GPU checks, most telling first
 
 Every machine runs the CPU-provable subset: tests (run by pytest node id) that
 prove each fix of the CUDA path on the CPU, with CUDA stood in for where the
@@ -43,10 +45,13 @@ directory (``--keep DIR`` keeps them, and their logs, under DIR/<date-time>).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -133,16 +138,17 @@ CUDA_TESTS = [
      ["tests/test_transforms.py::test_pixel_preprocess_cuda_matches_cpu"]),
 ]
 
-GPU_RUN_CHECKS = [
-    "page-locked replay memory: resident bytes = replay size (no power-of-two rounding)",
-    "smoke on CUDA, 2 workers: only the learner holds a CUDA context",
-    "smoke on CUDA: steady updates/s, compile off/default x autocast off/auto",
-    "V3 size12m on DMC pixels (~200 updates): updates/s, first update, memory, background compile on CUDA",
-    "profiled window: no device-to-host copy or synchronize inside an update",
-    "checkpoint on the GPU -> resume on the GPU and on the CPU",
-    "checkpoint with 2 GPUs -> resume with 1 visible",
-    "torchrun on 2 GPUs: max_param_divergence == 0, updates/s against 1 GPU",
-]
+PAGE_LOCKED = "page-locked replay memory: resident bytes = replay size (no power-of-two rounding)"
+SMOKE_CONTEXTS = "smoke on CUDA, 2 workers: only the learner holds a CUDA context"
+SMOKE_RATES = "smoke on CUDA: steady updates/s, compile off/default x autocast off/auto"
+V3_PIXELS = ("V3 size12m on pixels (DMC; Pendulum without dm_control; ~200 updates): updates/s, first update, "
+             "memory, background compile on CUDA")
+PROFILED = "profiled window: no device-to-host copy or synchronize inside an update"
+RESUME = "checkpoint on the GPU -> resume on the GPU and on the CPU"
+FEWER_GPUS = "checkpoint with 2 GPUs -> resume with 1 visible"
+TORCHRUN = "torchrun on 2 GPUs: max_param_divergence == 0, updates/s against 1 GPU"
+# In the order they run: most telling first, so that a short --budget-s keeps what matters.
+GPU_RUN_CHECKS = [PAGE_LOCKED, SMOKE_CONTEXTS, SMOKE_RATES, PROFILED, RESUME, V3_PIXELS, FEWER_GPUS, TORCHRUN]
 
 
 @dataclass
@@ -176,15 +182,23 @@ def _junit_outcomes(path: Path) -> dict[str, tuple[str, str]]:
     return outcomes
 
 
-def run_pytest(checks: list[tuple[str, list[str]]], workdir: Path, *, require_all_run: bool) -> list[Result]:
-    """One pytest process for every node id; one Result per check (see :func:`judge`)."""
+def run_pytest(checks: list[tuple[str, list[str]]], workdir: Path, *, require_all_run: bool,
+               workers: int = 0, timeout: float | None = None) -> list[Result]:
+    """One pytest process for every node id (``workers`` > 0: that many pytest-xdist
+    workers, so that cold compiles run side by side); one Result per check (see
+    :func:`judge`). Its output is kept beside the JUnit XML."""
     nodes = [node for _, ids in checks for node in ids]
     junit = workdir / f"junit_{len(list(workdir.glob('junit_*')))}.xml"
+    parallel = ["-n", str(workers)] if workers > 0 and importlib.util.find_spec("xdist") is not None else []
     started = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *nodes],
-        cwd=REPO, capture_output=True, text=True, env=_env(), stdin=subprocess.DEVNULL,
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *parallel, f"--junitxml={junit}", *nodes],
+            cwd=REPO, capture_output=True, text=True, env=_env(), stdin=subprocess.DEVNULL, timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as err:
+        return [Result(name, FAIL, f"pytest ran past {err.timeout:.0f} s") for name, _ in checks]
+    junit.with_suffix(".log").write_text(proc.stdout + proc.stderr)
     if not junit.exists():  # pytest stopped before running (e.g. a node id that no longer exists)
         reason = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or [f"pytest exit code {proc.returncode}"]
         return [Result(name, FAIL, f"pytest ran nothing: {reason[0][:200]}") for name, _ in checks]
@@ -229,6 +243,15 @@ def _env(**extra: str) -> dict:
 
 
 QUIET = ("logger.progress_bar=false", "eval.video=false")
+# time.monotonic() after which nothing new starts and runs in flight are cut (--budget-s).
+DEADLINE = math.inf
+
+
+def _within_budget(timeout: float) -> float:
+    left = DEADLINE - time.monotonic()
+    if left < 20:
+        raise RuntimeError("out of the time budget (--budget-s)")
+    return min(timeout, left)
 
 
 def run_dreamer(run_dir: Path, *overrides: str, timeout: float = 900, env: dict | None = None,
@@ -237,9 +260,12 @@ def run_dreamer(run_dir: Path, *overrides: str, timeout: float = 900, env: dict 
     of ``summary_dir`` (a resumed run's own directory), else of ``run_dir``. Raises
     RuntimeError with the last error line when it fails; its output goes to ``run_dir``.log.
     ``on_start(proc, run_dir)`` runs in a thread while the run runs (to watch it)."""
+    timeout = _within_budget(timeout)
     cmd = [sys.executable, *launcher, *QUIET, f"hydra.run.dir={run_dir}", *overrides]
+    # Its own process group: a run cut at its timeout is killed with its workers and its
+    # background-compile child, which hold the output pipes open otherwise.
     proc = subprocess.Popen(cmd, cwd=REPO, env=env or _env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, stdin=subprocess.DEVNULL)
+                            text=True, stdin=subprocess.DEVNULL, start_new_session=True)
     # The watcher runs beside communicate(): the run's output pipes must be drained meanwhile.
     watcher = threading.Thread(target=on_start, args=(proc, run_dir), daemon=True) if on_start else None
     try:
@@ -247,7 +273,8 @@ def run_dreamer(run_dir: Path, *overrides: str, timeout: float = 900, env: dict 
             watcher.start()
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
-        proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise
     finally:
@@ -266,14 +293,59 @@ def _log_text(run_dir: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def _maps_a_gpu(pid: int) -> bool:
-    """Whether the process has a CUDA context: it maps a GPU's device file (/dev/nvidiaN).
-    Works inside containers, where nvidia-smi shows the host's pids."""
+def _gpu_mappings(pid: int) -> dict[str, int]:
+    """The NVIDIA device files the process maps, with the bytes mapped from each
+    (/proc/PID/maps). Initialising the driver alone (``torch.cuda.is_available()``
+    calls cuInit) may map some; a CUDA context maps far more (its memory windows)."""
     try:
         maps = Path(f"/proc/{pid}/maps").read_text()
     except OSError:
-        return False
-    return re.search(r"/dev/nvidia\d+", maps) is not None
+        return {}
+    mapped: dict[str, int] = {}
+    for line in maps.splitlines():
+        parts = line.split()
+        if len(parts) >= 6 and parts[5].startswith("/dev/nvidia"):
+            start, end = (int(x, 16) for x in parts[0].split("-"))
+            mapped[parts[5]] = mapped.get(parts[5], 0) + end - start
+    return mapped
+
+
+def _gpu_memory_by_pid() -> dict[int, int] | None:
+    """MiB of GPU memory per process holding a CUDA context (nvidia-smi's compute
+    apps); None where nvidia-smi cannot say (absent, or a container showing the
+    host's pids, which the caller notices: the learner is not listed)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    found = {}
+    for line in out.stdout.splitlines():
+        pid, _, mib = line.partition(",")
+        if pid.strip().isdigit() and mib.strip().isdigit():
+            found[int(pid)] = int(mib)
+    return found
+
+
+def judge_contexts(learner: int, workers: list[int], maps: dict[int, dict[str, int]],
+                   gpu_mib: dict[int, int] | None) -> tuple[bool, str]:
+    """(only the learner holds a CUDA context, the evidence). nvidia-smi's per-process
+    GPU memory decides when it lists the learner (its pids are ours); otherwise a
+    process that maps a GPU's device file (/dev/nvidiaN) counts as holding one."""
+    if gpu_mib is not None and learner in gpu_mib:
+        holding = [p for p in workers if p in gpu_mib]
+        evidence = (f"nvidia-smi: learner {gpu_mib[learner]} MiB; workers holding GPU memory: "
+                    f"{ {p: gpu_mib[p] for p in holding} }")
+    else:
+        holding = [p for p in workers if any(re.fullmatch(r"/dev/nvidia\d+", f) for f in maps.get(p, {}))]
+        evidence = "nvidia-smi lists no learner: judged by /dev/nvidiaN mappings"
+    mapped = {("learner" if p == learner else p): {f: round(b / 2**20, 1) for f, b in maps.get(p, {}).items()}
+              for p in [learner, *workers]}
+    ok = bool(workers) and not holding and (learner in (gpu_mib or {}) or
+                                            any(re.fullmatch(r"/dev/nvidia\d+", f) for f in maps.get(learner, {})))
+    return ok, f"{len(workers)} worker(s), {len(holding)} holding a context; {evidence}; MiB mapped: {mapped}"
 
 
 def _spawned_children(pid: int) -> list[int]:
@@ -313,19 +385,20 @@ print(json.dumps({"exact": sum(t.numel() * t.element_size() for t in leaves), "g
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=_env(),
                           timeout=600)
     if proc.returncode != 0:
-        return Result(GPU_RUN_CHECKS[0], FAIL, proc.stderr.strip().splitlines()[-1][:300])
+        return Result(PAGE_LOCKED, FAIL, proc.stderr.strip().splitlines()[-1][:300])
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     exact, grown = got["exact"], got["grown"]
     rounded = 2 ** math.ceil(math.log2(exact))
     detail = (f"replay {exact / 2**30:.2f} GiB, resident growth {grown / 2**30:.2f} GiB, power-of-two rounding "
               f"would lock {rounded / 2**30:.2f} GiB; pinned={got['pinned']}")
     ok = got["pinned"] and exact * 0.95 <= grown <= exact + 0.25 * (rounded - exact)
-    return Result(GPU_RUN_CHECKS[0], PASS if ok else FAIL, detail)
+    return Result(PAGE_LOCKED, PASS if ok else FAIL, detail)
 
 
-def check_smoke_runs(workdir: Path, results: dict) -> list[Result]:
-    """The smoke matrix on CUDA; the first run also checks the workers' CUDA contexts
-    and leaves a run directory for the resume checks."""
+def check_smoke_runs(workdir: Path, results: dict, quick: bool = False) -> list[Result]:
+    """The smoke matrix on CUDA (``quick``: its two corners, eager fp32 and compiled
+    autocast); the first run also checks the workers' CUDA contexts and leaves a run
+    directory for the resume checks."""
     out = []
     contexts: dict = {}
 
@@ -336,43 +409,46 @@ def check_smoke_runs(workdir: Path, results: dict) -> list[Result]:
             metrics = run_dir / "metrics.jsonl"
             if metrics.exists() and "updates" in metrics.read_text():
                 workers = _spawned_children(proc.pid)
-                contexts.update(learner=_maps_a_gpu(proc.pid), workers={p: _maps_a_gpu(p) for p in workers})
+                contexts.update(learner=proc.pid, workers=workers, gpu_mib=_gpu_memory_by_pid(),
+                                maps={p: _gpu_mappings(p) for p in [proc.pid, *workers]})
                 return
             time.sleep(0.5)
 
     rates = {}
     first_dir = None
-    for compile_choice in ("off", "default"):
-        for autocast in ("off", "auto"):
-            run_dir = workdir / f"smoke_compile-{compile_choice}_autocast-{autocast}"
-            overrides = ("experiment=smoke", "device=cuda", "collector.num_workers=2", f"compile={compile_choice}",
-                         f"autocast={autocast}", "train.total_frames=1000", "logger.log_every=20")
-            try:
-                summary = run_dreamer(run_dir, *overrides, on_start=watch_contexts if first_dir is None else None)
-            except (RuntimeError, subprocess.TimeoutExpired) as err:
-                rates[f"compile={compile_choice} autocast={autocast}"] = f"failed: {err}"
-                continue
-            if first_dir is None:
-                first_dir = run_dir
-            rates[f"compile={compile_choice} autocast={autocast}"] = round(summary.get("updates_per_s") or 0, 2)
+    matrix = [("off", "off"), ("default", "auto")] if quick else \
+        [(c, a) for c in ("off", "default") for a in ("off", "auto")]
+    for compile_choice, autocast in matrix:
+        run_dir = workdir / f"smoke_compile-{compile_choice}_autocast-{autocast}"
+        overrides = ("experiment=smoke", "device=cuda", "collector.num_workers=2", f"compile={compile_choice}",
+                     f"autocast={autocast}", "train.total_frames=1000", "logger.log_every=20")
+        try:
+            summary = run_dreamer(run_dir, *overrides, on_start=watch_contexts if first_dir is None else None)
+        except (RuntimeError, subprocess.TimeoutExpired) as err:
+            rates[f"compile={compile_choice} autocast={autocast}"] = f"failed: {err}"
+            continue
+        if first_dir is None:
+            first_dir = run_dir
+        rates[f"compile={compile_choice} autocast={autocast}"] = round(summary.get("updates_per_s") or 0, 2)
     results["smoke_updates_per_s"] = rates
     results["smoke_run_dir"] = str(first_dir) if first_dir else None
     if not contexts:
-        out.append(Result(GPU_RUN_CHECKS[1], FAIL, "the run never reached its first logged update"))
+        out.append(Result(SMOKE_CONTEXTS, FAIL, "the run never reached its first logged update"))
     else:
-        with_context = [pid for pid, has in contexts["workers"].items() if has]
-        ok = contexts["learner"] and contexts["workers"] and not with_context
-        out.append(Result(GPU_RUN_CHECKS[1], PASS if ok else FAIL,
-                          f"learner maps a GPU: {contexts['learner']}; {len(contexts['workers'])} worker(s), "
-                          f"{len(with_context)} with a CUDA context"))
+        ok, evidence = judge_contexts(contexts["learner"], contexts["workers"], contexts["maps"], contexts["gpu_mib"])
+        out.append(Result(SMOKE_CONTEXTS, PASS if ok else FAIL, evidence))
     failed = [k for k, v in rates.items() if isinstance(v, str)]
-    out.append(Result(GPU_RUN_CHECKS[2], FAIL if failed else PASS,
+    out.append(Result(SMOKE_RATES, FAIL if failed else PASS,
                       "; ".join(f"{k}: {v}" for k, v in rates.items())))
     return out
 
 
-def check_dmc_v3(workdir: Path, results: dict) -> Result:
-    run_dir = workdir / "dmc_vision_size12m"
+def check_v3_pixels(workdir: Path, results: dict) -> Result:
+    # The learner's figures hardly depend on the task: Pendulum's pixels stand in
+    # where dm_control is not installed (a GPU box with only the core packages).
+    has_dmc = importlib.util.find_spec("dm_control") is not None
+    env = () if has_dmc else ("env=pendulum_pixels", "env.name=Pendulum-v1")
+    run_dir = workdir / ("dmc_vision_size12m" if has_dmc else "pendulum_pixels_size12m")
     peak_rss = {"bytes": 0}
 
     def watch_rss(proc, _run_dir):
@@ -389,17 +465,18 @@ def check_dmc_v3(workdir: Path, results: dict) -> Result:
     try:
         # 1100 random agent steps fill more than one 16 x 64 batch; 0.5 updates per
         # agent step after that: about 200 updates by 1500 agent steps (3000 frames).
-        summary = run_dreamer(run_dir, "experiment=dmc_vision", "model=size12m", "device=cuda",
+        summary = run_dreamer(run_dir, "experiment=dmc_vision", "model=size12m", *env, "device=cuda",
                               "collector.num_workers=4", "collector.init_random_frames=1100",
                               "train.total_frames=3000", "eval.every=100000", "eval.episodes=1",
                               "checkpoint.every=100000", on_start=watch_rss, timeout=1500)
     except (RuntimeError, subprocess.TimeoutExpired) as err:
-        return Result(GPU_RUN_CHECKS[3], FAIL, str(err))
+        return Result(V3_PIXELS, FAIL, str(err))
     match = re.search(r"replay: (\d+) steps x (\d+) bytes = ([\d.]+) GiB of host memory, (\S+)", _log_text(run_dir))
     if match is None:
-        return Result(GPU_RUN_CHECKS[3], FAIL, "no 'replay: ...' line in the run's log")
+        return Result(V3_PIXELS, FAIL, "no 'replay: ...' line in the run's log")
     replay_bytes = int(match.group(1)) * int(match.group(2))
-    figures = {"updates": summary.get("updates"), "updates_per_s": summary.get("updates_per_s"),
+    figures = {"env": "dmc walker-walk" if has_dmc else "Pendulum-v1 pixels",
+               "updates": summary.get("updates"), "updates_per_s": summary.get("updates_per_s"),
                "frames_per_s": summary.get("frames_per_s"),
                "first_update_s": summary.get("first_update_s"), "random_phase_s": summary.get("random_phase_s"),
                # compile.background (the preset's default): a child compiles on the GPU while updates run eager.
@@ -410,13 +487,13 @@ def check_dmc_v3(workdir: Path, results: dict) -> Result:
                "compile_switch_cache_misses": summary.get("compile_switch_cache_misses"),
                "replay_gib": round(replay_bytes / 2**30, 2), "replay_memory": match.group(4),
                "peak_rss_gib": round(peak_rss["bytes"] / 2**30, 2)}
-    results["dmc_vision_size12m"] = figures
+    results["v3_pixels_size12m"] = figures
     # Page-locked storage is resident from its first write on (locking faults every page in).
     compile_failed = "background compile failed" in _log_text(run_dir)
     figures["background_compile_failed"] = compile_failed
     ok = (summary.get("updates") or 0) >= 100 and match.group(4) == "page-locked" and \
         peak_rss["bytes"] >= 0.95 * replay_bytes and not compile_failed
-    return Result(GPU_RUN_CHECKS[3], PASS if ok else FAIL, str(figures))
+    return Result(V3_PIXELS, PASS if ok else FAIL, str(figures))
 
 
 def check_profiled_window(workdir: Path) -> Result:
@@ -431,10 +508,10 @@ def check_profiled_window(workdir: Path) -> Result:
                     "checkpoint.every=100000", "collector.weight_sync_every=4",
                     env=_env(PROF_ENABLED="1", PROF_ITERATIONS="30-40", PROF_OUTPUT_DIR=str(traces)))
     except (RuntimeError, subprocess.TimeoutExpired) as err:
-        return Result(GPU_RUN_CHECKS[4], FAIL, str(err))
+        return Result(PROFILED, FAIL, str(err))
     trace = traces / "learner_trace.json"
     if not trace.exists():
-        return Result(GPU_RUN_CHECKS[4], FAIL, "no learner trace written")
+        return Result(PROFILED, FAIL, "no learner trace written")
     ranges, runtime, copies = [], [], []
     for event in iter_events(trace):
         if event.get("ph") != "X":
@@ -455,62 +532,65 @@ def check_profiled_window(workdir: Path) -> Result:
     # A host wait shows as a runtime call (.item() on a CUDA tensor: cudaMemcpyAsync, then
     # cudaStreamSynchronize); a plain cudaMemcpy waits too. CPU ops (the sampler's index
     # arithmetic) are no sync and are not counted.
-    syncs = [name for name, span, _ in runtime if inside(span) and (name.endswith("Synchronize") or name == "cudaMemcpy")]
+    syncs = [name for name, span, _ in runtime
+             if inside(span) and (name.endswith("Synchronize") or name == "cudaMemcpy")]
     dtoh_inside = [name for name, span, corr in runtime if inside(span) and corr in dtoh]
     if not ranges:
-        return Result(GPU_RUN_CHECKS[4], FAIL, "no '## train/... ##' range in the trace")
+        return Result(PROFILED, FAIL, "no '## train/... ##' range in the trace")
     ok = not syncs and not dtoh_inside
-    return Result(GPU_RUN_CHECKS[4], PASS if ok else FAIL,
+    return Result(PROFILED, PASS if ok else FAIL,
                   f"{len(ranges)} update ranges; {len(syncs)} sync call(s) {sorted(set(syncs))[:4]}, "
                   f"{len(dtoh_inside)} device-to-host copies inside them")
 
 
 def check_resume(workdir: Path, smoke_dir: str | None) -> Result:
+    # A resume names no experiment: the run keeps its saved config, and an experiment's
+    # keys (compile, autocast) would be refused overrides.
     if smoke_dir is None:
-        return Result(GPU_RUN_CHECKS[5], FAIL, "no finished smoke run on CUDA to resume")
+        return Result(RESUME, FAIL, "no finished smoke run on CUDA to resume")
     run_dir = Path(smoke_dir)
     try:
-        on_gpu = run_dreamer(workdir / "resume_gpu", "experiment=smoke", f"resume={run_dir}",
+        on_gpu = run_dreamer(workdir / "resume_gpu", f"resume={run_dir}",
                              "train.total_frames=1300", "device=cuda", summary_dir=run_dir)
-        on_cpu = run_dreamer(workdir / "resume_cpu", "experiment=smoke", f"resume={run_dir}",
+        on_cpu = run_dreamer(workdir / "resume_cpu", f"resume={run_dir}",
                              "train.total_frames=1500", "device=cpu", "collector.num_workers=1", summary_dir=run_dir)
     except (RuntimeError, subprocess.TimeoutExpired) as err:
-        return Result(GPU_RUN_CHECKS[5], FAIL, str(err))
+        return Result(RESUME, FAIL, str(err))
     ok = on_gpu.get("frames", 0) >= 1300 and on_cpu.get("frames", 0) >= 1500
-    return Result(GPU_RUN_CHECKS[5], PASS if ok else FAIL,
+    return Result(RESUME, PASS if ok else FAIL,
                   f"frames after the GPU resume {on_gpu.get('frames')}, after the CPU resume {on_cpu.get('frames')}")
 
 
 def check_fewer_gpus(workdir: Path, gpus: int) -> Result:
     if gpus < 2:
-        return Result(GPU_RUN_CHECKS[6], SKIP, f"needs 2 GPUs, {gpus} visible")
+        return Result(FEWER_GPUS, SKIP, f"needs 2 GPUs, {gpus} visible")
     run_dir = workdir / "smoke_2gpus"
     try:
         run_dreamer(run_dir, "experiment=smoke", "device=cuda", "compile=off", "train.total_frames=600",
                     env=_env(CUDA_VISIBLE_DEVICES="0,1"))
-        resumed = run_dreamer(workdir / "resume_1gpu", "experiment=smoke", f"resume={run_dir}",
+        resumed = run_dreamer(workdir / "resume_1gpu", f"resume={run_dir}",
                               "train.total_frames=900", "device=cuda", env=_env(CUDA_VISIBLE_DEVICES="0"),
                               summary_dir=run_dir)
     except (RuntimeError, subprocess.TimeoutExpired) as err:
-        return Result(GPU_RUN_CHECKS[6], FAIL, str(err))
+        return Result(FEWER_GPUS, FAIL, str(err))
     ok = resumed.get("frames", 0) >= 900
-    return Result(GPU_RUN_CHECKS[6], PASS if ok else FAIL, f"frames after the resume {resumed.get('frames')}")
+    return Result(FEWER_GPUS, PASS if ok else FAIL, f"frames after the resume {resumed.get('frames')}")
 
 
 def check_torchrun(workdir: Path, gpus: int, results: dict) -> Result:
     if gpus < 2:
-        return Result(GPU_RUN_CHECKS[7], SKIP, f"needs 2 GPUs, {gpus} visible")
+        return Result(TORCHRUN, SKIP, f"needs 2 GPUs, {gpus} visible")
     common = ("experiment=smoke", "device=cuda", "compile=off", "train.total_frames=1000")
     try:
         two = run_dreamer(workdir / "torchrun_2gpus", *common, env=_env(CUDA_VISIBLE_DEVICES="0,1"),
                           launcher=("-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "dreamer"))
         one = run_dreamer(workdir / "torchrun_1gpu", *common, env=_env(CUDA_VISIBLE_DEVICES="0"))
     except (RuntimeError, subprocess.TimeoutExpired) as err:
-        return Result(GPU_RUN_CHECKS[7], FAIL, str(err))
+        return Result(TORCHRUN, FAIL, str(err))
     divergence = two.get("max_param_divergence")
-    results["torchrun"] = {"updates_per_s_2gpus": two.get("updates_per_s"), "updates_per_s_1gpu": one.get("updates_per_s"),
-                           "max_param_divergence": divergence}
-    return Result(GPU_RUN_CHECKS[7], PASS if divergence == 0 else FAIL, str(results["torchrun"]))
+    results["torchrun"] = {"updates_per_s_2gpus": two.get("updates_per_s"),
+                           "updates_per_s_1gpu": one.get("updates_per_s"), "max_param_divergence": divergence}
+    return Result(TORCHRUN, PASS if divergence == 0 else FAIL, str(results["torchrun"]))
 
 
 # -- main ----------------------------------------------------------------------------
@@ -528,13 +608,24 @@ def cuda_state() -> tuple[int, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global DEADLINE
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", type=Path, help="write the results here")
-    parser.add_argument("--cpu-only", action="store_true", help="run the CPU-provable subset only")
+    parser.add_argument("--json", type=Path, help="write the results here (rewritten after every check)")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--cpu-only", action="store_true", help="run the CPU-provable subset only")
+    only.add_argument("--gpu-only", action="store_true",
+                      help="skip the CPU-provable subset (CI runs it): for a GPU lent for minutes")
+    parser.add_argument("--quick", action="store_true",
+                        help="the smoke matrix's two corners only (eager fp32, compiled autocast)")
+    parser.add_argument("--budget-s", type=float, default=math.inf,
+                        help="start no check after this many seconds and cut the runs in flight at it")
+    parser.add_argument("--pytest-workers", type=int, default=0,
+                        help="run the CUDA tests on this many pytest-xdist workers (their cold compiles side by side)")
     parser.add_argument("--keep", type=Path,
                         help="keep the runs' directories under DIR/<date-time> (default: a temporary directory)")
     args = parser.parse_args(argv)
+    DEADLINE = time.monotonic() + args.budget_s
 
     gpus, why_not = cuda_state()
     import torch
@@ -550,53 +641,60 @@ def main(argv: list[str] | None = None) -> int:
 
     results: list[Result] = []
     figures: dict = {}
+
+    def report(*produced: Result) -> None:
+        for result in produced:
+            results.append(result)
+            _print(result)
+        if args.json:  # after every check: a run cut short still leaves what it found
+            counts = {s: sum(r.status == s for r in results) for s in (PASS, FAIL, SKIP)}
+            args.json.write_text(json.dumps({"machine": machine, "results": [asdict(r) for r in results],
+                                             "figures": figures, "counts": counts}, indent=2))
+
     workdir_context = tempfile.TemporaryDirectory(prefix="gpu_check_") if args.keep is None else None
     # A fresh directory per invocation: a run refuses a directory holding another run's checkpoints.
     workdir = Path(workdir_context.name) if workdir_context else args.keep / time.strftime("%Y%m%d-%H%M%S")
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        for result in run_pytest(CPU_CHECKS, workdir, require_all_run=False):
-            results.append(result)
-            _print(result)
+        if args.gpu_only and gpus:
+            report(*(Result(name, SKIP, "--gpu-only (CI runs the CPU-provable subset)") for name, _ in CPU_CHECKS))
+        else:
+            report(*run_pytest(CPU_CHECKS, workdir, require_all_run=False))
         gpu_checks = [name for name, _ in CUDA_TESTS] + GPU_RUN_CHECKS
         if not gpus or args.cpu_only:
             reason = why_not if not gpus else "--cpu-only"
-            for name in gpu_checks:
-                results.append(Result(name, SKIP, reason))
-                _print(results[-1])
+            report(*(Result(name, SKIP, reason) for name in gpu_checks))
         else:
-            for result in run_pytest(CUDA_TESTS, workdir, require_all_run=True):
-                results.append(result)
-                _print(result)
-            steps = [
-                lambda: [check_page_locked_replay(workdir)],
-                lambda: check_smoke_runs(workdir, figures),
-                lambda: [check_dmc_v3(workdir, figures)],
-                lambda: [check_profiled_window(workdir)],
-                lambda: [check_resume(workdir, figures.get("smoke_run_dir"))],
-                lambda: [check_fewer_gpus(workdir, gpus)],
-                lambda: [check_torchrun(workdir, gpus, figures)],
+            report(*run_pytest(CUDA_TESTS, workdir, require_all_run=True, workers=args.pytest_workers,
+                               timeout=max(DEADLINE - time.monotonic(), 1.0)))
+            steps = [  # (the checks a step reports, the step), in GPU_RUN_CHECKS' order
+                ([PAGE_LOCKED], lambda: [check_page_locked_replay(workdir)]),
+                ([SMOKE_CONTEXTS, SMOKE_RATES], lambda: check_smoke_runs(workdir, figures, quick=args.quick)),
+                ([PROFILED], lambda: [check_profiled_window(workdir)]),
+                ([RESUME], lambda: [check_resume(workdir, figures.get("smoke_run_dir"))]),
+                ([V3_PIXELS], lambda: [check_v3_pixels(workdir, figures)]),
+                ([FEWER_GPUS], lambda: [check_fewer_gpus(workdir, gpus)]),
+                ([TORCHRUN], lambda: [check_torchrun(workdir, gpus, figures)]),
             ]
-            for step, first_name in zip(steps, [GPU_RUN_CHECKS[0], GPU_RUN_CHECKS[1], *GPU_RUN_CHECKS[3:]]):
+            assert [name for names, _ in steps for name in names] == GPU_RUN_CHECKS
+            for names, step in steps:
+                if DEADLINE - time.monotonic() < 30:
+                    report(*(Result(name, SKIP, "out of the time budget (--budget-s)") for name in names))
+                    continue
                 started = time.perf_counter()
                 try:
                     produced = step()
                 except Exception as err:  # noqa: BLE001 -- one check's crash is its FAIL line, not the script's
-                    produced = [Result(first_name, FAIL, f"{type(err).__name__}: {err}"[:400])]
+                    produced = [Result(names[0], FAIL, f"{type(err).__name__}: {err}"[:400])]
                 for result in produced:
                     result.seconds = time.perf_counter() - started
-                    results.append(result)
-                    _print(result)
+                report(*produced)
     finally:
         if workdir_context is not None:
             workdir_context.cleanup()
-    failed = [r for r in results if r.status == FAIL]
     counts = {s: sum(r.status == s for r in results) for s in (PASS, FAIL, SKIP)}
     print(f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped", flush=True)
-    if args.json:
-        args.json.write_text(json.dumps({"machine": machine, "results": [asdict(r) for r in results],
-                                         "figures": figures, "counts": counts}, indent=2))
-    return 1 if failed else 0
+    return 1 if counts[FAIL] else 0
 
 
 if __name__ == "__main__":

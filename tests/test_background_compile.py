@@ -122,3 +122,31 @@ def test_the_learner_yields_a_thread_while_the_child_compiles_and_swaps_losses_i
     assert child_threads == [2]  # the child compiles for the thread count the losses will run at
     assert calls["learner.compile"] == 1 and calls["update"] == result.updates
     assert run.logger.summary["compiled_from_update"] == 4 and run.logger.summary["compile_warmup_s"] == 3.0
+
+
+def test_the_compile_child_ends_when_its_parent_is_killed():
+    """A trainer killed with SIGKILL (OOM killer, kill -9) runs no cleanup: the compile
+    child must not compile on for minutes and write into the dead run's directory."""
+    import subprocess
+    import sys
+
+    from helpers_unit import REPO_ROOT
+
+    child = ("from dreamer.run.background_compile import exit_when_orphaned\n"
+             "exit_when_orphaned(poll_s=0.1)\nprint('watching', flush=True)\nimport time\ntime.sleep(120)\n")
+    parent = ("import subprocess, sys, time\n"
+              f"p = subprocess.Popen([sys.executable, '-c', {child!r}])\n"
+              "print(p.pid, flush=True)\ntime.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", parent], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    grandchild = None
+    try:
+        grandchild = psutil.Process(int(proc.stdout.readline()))
+        assert proc.stdout.readline().strip() == "watching"  # its stdout is the parent's
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        wait_for(lambda: not grandchild.is_running() or grandchild.status() == psutil.STATUS_ZOMBIE,
+                 timeout=10, what="the child to end after its parent was killed")
+    finally:
+        proc.kill()
+        if grandchild is not None and grandchild.is_running():
+            grandchild.kill()

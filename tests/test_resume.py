@@ -26,9 +26,22 @@ def _requested(**sections) -> Config:
 
 
 def test_allow_listed_overrides_are_applied():
-    cfg = resume.merge(_saved(), _requested(train={"total_frames": 900}, eval={"every": 7}))
+    cfg = resume.merge(_saved(), _requested(train={"total_frames": 900}, eval={"every": 7}),
+                       {"train.total_frames", "eval.every"})
     assert cfg.train.total_frames == 900 and cfg.eval.every == 7
     assert cfg.buffer.batch_size == 4  # from the saved config, not this invocation's default
+
+
+def test_an_allow_listed_key_not_given_keeps_the_saved_runs_value():
+    """``resume=DIR`` alone continues the run as configured: its logger (a W&B run stays
+    a W&B run), evaluation and workers, not this invocation's defaults."""
+    saved = to_dict(load_config({"logger": {"backend": "wandb", "project": "mine"}, "eval": {"every": 7},
+                                 "collector": {"num_workers": 3}, "device": "cpu", "train": {"total_frames": 600}}))
+    requested = _requested(train={"total_frames": 900})  # everything else at this invocation's defaults
+    cfg = resume.merge(saved, requested, {"resume", "train.total_frames"})
+    assert cfg.train.total_frames == 900 and cfg.resume == "/runs/a"
+    assert (cfg.logger.backend, cfg.logger.project, cfg.eval.every, cfg.collector.num_workers) == \
+        ("wandb", "mine", 7, 3)
 
 
 def test_a_requeued_run_may_land_on_other_hardware():
@@ -39,7 +52,7 @@ def test_a_requeued_run_may_land_on_other_hardware():
     requested = load_config({"resume": "/runs/a", "collector": {"num_workers": 1}, **overrides})
     given = {"device", "threads", "cuda_fast_math", "collector.num_workers"}
     resume.refuse_overrides(saved, requested, given)  # accepted
-    cfg = resume.merge(saved, requested)
+    cfg = resume.merge(saved, requested, given)
     assert (cfg.device, cfg.collector.num_workers, cfg.threads, cfg.cuda_fast_math) == ("cpu", 1, 1, False)
 
 
@@ -48,7 +61,9 @@ def test_a_refused_override_names_the_key_and_both_values():
         resume.refuse_overrides(_saved(), _requested(buffer={"batch_size": 8}), {"buffer.batch_size"})
     message = str(err.value)
     assert "refused override: buffer.batch_size (saved 4, given 8)" in message
-    assert "Only train.total_frames, train.max_minutes, logger.*, eval.*, checkpoint.*, compile.cache_dir, compile.cache_artifact, profiling.*, retain_host_memory, device, collector.num_workers, threads, cuda_fast_math may change on resume" in message
+    assert ("Only train.total_frames, train.max_minutes, logger.*, eval.*, checkpoint.*, compile.cache_dir, "
+            "compile.cache_artifact, profiling.*, retain_host_memory, device, collector.num_workers, threads, "
+            "cuda_fast_math may change on resume") in message
 
 
 def test_an_override_equal_to_the_saved_value_is_accepted():
@@ -177,7 +192,7 @@ def test_every_allow_listed_key_is_accepted_and_applied(key, tp):
     requested = load_config(_deep_merge({"resume": "/runs/a"}, _nest(key, value)))
     assert resume.flatten(to_dict(requested))[key] == value != resume.flatten(saved).get(key)
     resume.refuse_overrides(saved, requested, {key})  # accepted
-    merged = resume.flatten(to_dict(resume.merge(saved, requested)))
+    merged = resume.flatten(to_dict(resume.merge(saved, requested, {key})))
     assert merged[key] == value  # applied: the resumed run carries the new value
     assert merged["buffer.batch_size"] == 4  # the rest stays the saved run's
 
@@ -193,7 +208,7 @@ def test_every_other_key_is_refused_naming_it(key, tp):
     with pytest.raises(UserError, match=rf"refused override: {re.escape(key)} \(saved "):
         resume.refuse_overrides(saved, requested, {key})
     # And merge never carries it over (were the refusal skipped, the saved value would win).
-    assert resume.flatten(to_dict(resume.merge(saved, requested)))[key] == resume.flatten(saved)[key]
+    assert resume.flatten(to_dict(resume.merge(saved, requested, {key})))[key] == resume.flatten(saved)[key]
 
 
 # -- group overrides (env=..., experiment=...) on resume: refused ----------------------------------

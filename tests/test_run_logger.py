@@ -104,6 +104,16 @@ def test_rewind_cuts_metrics_and_csv_back_to_the_checkpoint_and_drops_a_torn_lin
     assert (scalars / "loss_actor.csv").read_text().splitlines() == ["100,-0.25", "200,-0.25", "250,-0.25"]
 
 
+def test_a_run_stopped_before_its_first_record_finishes_without_a_curve_and_one_after_draws_it(tmp_path):
+    """A run stopped (a signal, max_minutes) before logger.log_every draws no curve, and does not fail."""
+    logger = _logger(tmp_path, backend="csv")
+    assert logger.log_learning_curve(frames_seen=1800) is None
+    assert not (tmp_path / "learning_curve.png").exists()
+    logger.log(_record(100, 1))
+    assert logger.log_learning_curve(frames_seen=100) == tmp_path / "learning_curve.png"
+    assert (tmp_path / "learning_curve.png").stat().st_size > 0
+
+
 def test_a_rank_other_than_0_and_logger_none_write_nothing_and_save_no_state(tmp_path):
     idle = _logger(tmp_path / "rank1", enabled=False)
     idle.log(_record(100, 1))

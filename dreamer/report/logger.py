@@ -198,8 +198,9 @@ class RunLogger:
         os.replace(tmp, self.run_dir / "summary.json")
 
     def log_learning_curve(self, frames_seen: int) -> Path | None:
-        """learning_curve.png from this run's metrics.jsonl (and to W&B when used)."""
-        if not self.enabled:
+        """learning_curve.png from this run's metrics.jsonl (and to W&B when used); None
+        when the run stopped before its first record (nothing to draw)."""
+        if not self.enabled or not self.metrics_path.exists():
             return None
         from dreamer.report.plots import load_run, plot_runs
 

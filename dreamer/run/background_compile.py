@@ -23,6 +23,7 @@ import json
 import logging
 import multiprocessing as mp
 import os
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -37,12 +38,29 @@ log = logging.getLogger("dreamer")
 RESULT_NAME = ".background_compile.json"
 
 
+def exit_when_orphaned(poll_s: float = 1.0) -> threading.Thread:
+    """End this (spawned) process once its parent is gone. A parent killed with
+    SIGKILL (the OOM killer, ``kill -9``) runs no cleanup, and the compile child
+    would otherwise compile on for minutes and write into the dead run's directory."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    watcher = threading.Thread(target=watch, name="exit-when-orphaned", daemon=True)
+    watcher.start()
+    return watcher
+
+
 def _compile_child(cfg, device: str, autocast_dtype, batch, result_path: str, threads: int) -> None:
     """Runs in the child: the run's learner, rebuilt from ``cfg``, compiled and warmed on ``batch``."""
     from dreamer.report.console import VERBOSE_ENV, quiet_worker
     from dreamer.run.stopping import ignore_stop_signals
 
     ignore_stop_signals()  # the trainer owns this process's lifetime (it terminates it)
+    exit_when_orphaned()
     if os.environ.get(VERBOSE_ENV) != "1":
         quiet_worker()
     result: dict = {}

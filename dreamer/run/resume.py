@@ -2,8 +2,9 @@
 
 A resumed run continues with the config it was started with. Keys in
 :data:`RESUME_OVERRIDABLE` (run length, logging, evaluation, checkpointing)
-may be changed on the command line; any other override that would change the
-saved config is refused in one line, never silently ignored.
+may be changed on the command line, and only those given change; any other
+override that would change the saved config is refused in one line, never
+silently ignored.
 """
 
 from __future__ import annotations
@@ -45,16 +46,26 @@ def differing_keys(a: dict, b: dict) -> list[str]:
     return sorted(k for k in fa.keys() | fb.keys() if fa.get(k, object()) != fb.get(k, object()))
 
 
-def merge(saved: dict, requested: Config) -> Config:
-    """The saved config with the allow-listed keys taken from this invocation."""
+def _touched(key: str, overridden: set[str]) -> bool:
+    """Whether the command line gave ``key``: named itself, a section above it, or a key
+    inside it (a dict-valued leaf such as compile.options)."""
+    return any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in overridden)
+
+
+def merge(saved: dict, requested: Config, overridden: set[str]) -> Config:
+    """The saved config, with the allow-listed keys this command line gave taken from
+    it. A key it did not give keeps the saved run's value: ``resume=DIR`` alone
+    continues the run as it was configured (its logger, evaluation, workers), not
+    with this invocation's defaults."""
     merged = json.loads(json.dumps(saved))
-    current = to_dict(requested)
-    for key in RESUME_OVERRIDABLE:
-        section, _, leaf = key.partition(".")
-        if leaf:
-            merged[section] = {**merged[section], leaf: current[section][leaf]}
-        else:
-            merged[section] = current[section]
+    current = flatten(to_dict(requested))
+    given = {key for key in current if overridable(key) and _touched(key, overridden | {"resume"})}
+    for key in given:
+        *path, leaf = key.split(".")
+        node = merged
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = current[key]
     return load_config(merged)
 
 
@@ -62,7 +73,7 @@ def refuse_overrides(saved: dict, requested: Config, overridden: set[str]) -> No
     """Fail on any override the user gave that would change a non-overridable saved key."""
     want, have = flatten(to_dict(requested)), flatten(saved)
     # An override may name a leaf (buffer.batch_size) or reach inside a dict leaf (compile.options.x).
-    touched = {f for f in want for k in overridden if f == k or f.startswith(k + ".") or k.startswith(f + ".")}
+    touched = {f for f in want if _touched(f, overridden)}
     refused = sorted(k for k in touched if not overridable(k) and want[k] != have.get(k, object()))
     if refused:
         shown = ", ".join(f"{k} (saved {have.get(k)!r}, given {want[k]!r})" for k in refused[:5])
@@ -105,4 +116,4 @@ def open_run(requested: Config, overridden: set[str]) -> tuple[Path, Config, dic
     state = ckpt.load_latest(run_dir)
     refuse_overrides(state["config"], requested, overridden)
     check_compatible(run_dir, state)
-    return run_dir, merge(state["config"], requested), state
+    return run_dir, merge(state["config"], requested, overridden), state

@@ -79,10 +79,13 @@ class DreamerV3Learner(BaseLearner):
             use_reinforce=reinforce,
             return_normalization_rate=a.return_norm_rate,
             return_normalization_min_scale=a.return_norm_min_scale,
-        ).to(device)
+        )
         # With a continuation model the loss computes its lambda-returns with
-        # an explicit, sync-free recursion over the horizon.
+        # an explicit, sync-free recursion over the horizon. Made before the move
+        # to the device: the estimator's gamma is a CPU buffer otherwise, copied to
+        # the GPU (a host sync) in every update.
         self.actor_loss.make_value_estimator(ValueEstimators.TDLambda, gamma=a.gamma, lmbda=a.lmbda)
+        self.actor_loss.to(device)
         self.value_loss = SyncFreeDreamerV3ValueLoss(
             models.value, value_loss="two_hot", num_value_bins=a.num_bins,
             actor_loss=self.actor_loss, slow_critic_regularization=a.slow_critic_reg,
