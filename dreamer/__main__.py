@@ -13,6 +13,7 @@ import hydra
 from omegaconf import DictConfig
 
 from dreamer.config import load_config, register_configs
+from dreamer.config.environ import profiling_from_env
 from dreamer.config.location import conf_dir
 from dreamer.errors import UserError
 from dreamer.report.console import VERBOSE_ENV, quiet_logging
@@ -39,9 +40,10 @@ def one_line_on_user_error():
         sys.exit(2)
 
 
-def overridden_keys(dict_cfg: DictConfig) -> set[str]:
+def overridden_keys(dict_cfg: DictConfig, environ=os.environ) -> set[str]:
     """Dotted config keys this command line changes, named directly or through a
-    group (``experiment=smoke`` changes every key the preset sets)."""
+    group (``experiment=smoke`` changes every key the preset sets), and the
+    profiling keys its PROF_* environment variables set (they win over the config)."""
     from hydra import compose
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
@@ -54,7 +56,8 @@ def overridden_keys(dict_cfg: DictConfig) -> set[str]:
     current = OmegaConf.to_container(dict_cfg, resolve=True)
     baseline.pop("hydra", None)
     current.pop("hydra", None)
-    return named | set(differing_keys(baseline, current))
+    from_env = {f"profiling.{key}" for key in profiling_from_env(environ)}
+    return named | set(differing_keys(baseline, current)) | from_env
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")

@@ -183,24 +183,36 @@ def _junit_outcomes(path: Path) -> dict[str, tuple[str, str]]:
 
 
 def run_pytest(checks: list[tuple[str, list[str]]], workdir: Path, *, require_all_run: bool,
-               workers: int = 0, timeout: float | None = None) -> list[Result]:
+               workers: int = 0, budgeted: bool = False) -> list[Result]:
     """One pytest process for every node id (``workers`` > 0: that many pytest-xdist
     workers, so that cold compiles run side by side); one Result per check (see
-    :func:`judge`). Its output is kept beside the JUnit XML."""
+    :func:`judge`). Its output is kept beside the JUnit XML. ``budgeted``: cut at
+    --budget-s (its checks SKIP then), with its workers (its own process group)."""
     nodes = [node for _, ids in checks for node in ids]
     junit = workdir / f"junit_{len(list(workdir.glob('junit_*')))}.xml"
     parallel = ["-n", str(workers)] if workers > 0 and importlib.util.find_spec("xdist") is not None else []
+    timeout = _within_budget(math.inf)[0] if budgeted else None
+    timeout = None if timeout == math.inf else timeout
     started = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *parallel, f"--junitxml={junit}", *nodes],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *parallel, f"--junitxml={junit}", *nodes],
-            cwd=REPO, capture_output=True, text=True, env=_env(), stdin=subprocess.DEVNULL, timeout=timeout,
-        )
-    except subprocess.TimeoutExpired as err:
-        return [Result(name, FAIL, f"pytest ran past {err.timeout:.0f} s") for name, _ in checks]
-    junit.with_suffix(".log").write_text(proc.stdout + proc.stderr)
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException as stopped:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        junit.with_suffix(".log").write_text(out + err + f"\n[killed: {type(stopped).__name__}]\n")
+        if isinstance(stopped, subprocess.TimeoutExpired):
+            return [Result(name, SKIP, f"cut by the time budget (--budget-s) after {timeout:.0f} s")
+                    for name, _ in checks]
+        raise
+    junit.with_suffix(".log").write_text(out + err)
     if not junit.exists():  # pytest stopped before running (e.g. a node id that no longer exists)
-        reason = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or [f"pytest exit code {proc.returncode}"]
+        reason = (out + err).strip().splitlines()[-1:] or [f"pytest exit code {proc.returncode}"]
         return [Result(name, FAIL, f"pytest ran nothing: {reason[0][:200]}") for name, _ in checks]
     results = judge(checks, _junit_outcomes(junit), require_all_run=require_all_run)
     for result in results:
@@ -247,11 +259,16 @@ QUIET = ("logger.progress_bar=false", "eval.video=false")
 DEADLINE = math.inf
 
 
-def _within_budget(timeout: float) -> float:
+class OutOfBudget(Exception):
+    """A run not started, or cut, because --budget-s ran out: its check is a SKIP, not a FAIL."""
+
+
+def _within_budget(timeout: float) -> tuple[float, bool]:
+    """(the timeout to give a run, whether the budget is what bounds it)."""
     left = DEADLINE - time.monotonic()
     if left < 20:
-        raise RuntimeError("out of the time budget (--budget-s)")
-    return min(timeout, left)
+        raise OutOfBudget("out of the time budget (--budget-s)")
+    return min(timeout, left), left < timeout
 
 
 def run_dreamer(run_dir: Path, *overrides: str, timeout: float = 900, env: dict | None = None,
@@ -260,7 +277,7 @@ def run_dreamer(run_dir: Path, *overrides: str, timeout: float = 900, env: dict 
     of ``summary_dir`` (a resumed run's own directory), else of ``run_dir``. Raises
     RuntimeError with the last error line when it fails; its output goes to ``run_dir``.log.
     ``on_start(proc, run_dir)`` runs in a thread while the run runs (to watch it)."""
-    timeout = _within_budget(timeout)
+    timeout, budget_bound = _within_budget(timeout)
     cmd = [sys.executable, *launcher, *QUIET, f"hydra.run.dir={run_dir}", *overrides]
     # Its own process group: a run cut at its timeout is killed with its workers and its
     # background-compile child, which hold the output pipes open otherwise.
@@ -272,10 +289,17 @@ def run_dreamer(run_dir: Path, *overrides: str, timeout: float = 900, env: dict 
         if watcher is not None:
             watcher.start()
         out, err = proc.communicate(timeout=timeout)
-    except BaseException:
+    except BaseException as stopped:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        out, err = proc.communicate()
+        (run_dir.parent / f"{run_dir.name}.log").write_text(out + err + f"\n[killed: {type(stopped).__name__}]\n")
+        if isinstance(stopped, subprocess.TimeoutExpired) and budget_bound:
+            quiet = time.time() - _last_write(run_dir)
+            if quiet > HUNG_AFTER_S:  # a hung run is a failure, whatever the budget
+                raise RuntimeError(f"hung: its run directory unchanged for {quiet:.0f} s when the budget "
+                                   f"cut it") from None
+            raise OutOfBudget(f"cut by the time budget (--budget-s) after {timeout:.0f} s") from None
         raise
     finally:
         if watcher is not None:
@@ -286,6 +310,17 @@ def run_dreamer(run_dir: Path, *overrides: str, timeout: float = 900, env: dict 
         raise RuntimeError(f"exit {proc.returncode}: {last[0][:300]}")
     summary = (summary_dir or run_dir) / "summary.json"
     return json.loads(summary.read_text()) if summary.exists() else {}
+
+
+# A run whose directory changed within this many seconds before a budget cut was working
+# (a cold compile writes nothing for up to a few minutes); older: it hung.
+HUNG_AFTER_S = 300.0
+
+
+def _last_write(run_dir: Path) -> float:
+    """The newest modification time under ``run_dir`` (0 when it holds nothing)."""
+    times = [p.stat().st_mtime for p in [run_dir, *run_dir.rglob("*")] if p.exists()]
+    return max(times, default=0.0)
 
 
 def _log_text(run_dir: Path) -> str:
@@ -324,28 +359,28 @@ def _gpu_memory_by_pid() -> dict[int, int] | None:
     found = {}
     for line in out.stdout.splitlines():
         pid, _, mib = line.partition(",")
-        if pid.strip().isdigit() and mib.strip().isdigit():
-            found[int(pid)] = int(mib)
+        if pid.strip().isdigit():  # under MIG the memory reads [N/A]: still a context (-1)
+            found[int(pid)] = int(mib) if mib.strip().isdigit() else -1
     return found
 
 
 def judge_contexts(learner: int, workers: list[int], maps: dict[int, dict[str, int]],
-                   gpu_mib: dict[int, int] | None) -> tuple[bool, str]:
-    """(only the learner holds a CUDA context, the evidence). nvidia-smi's per-process
-    GPU memory decides when it lists the learner (its pids are ours); otherwise a
-    process that maps a GPU's device file (/dev/nvidiaN) counts as holding one."""
-    if gpu_mib is not None and learner in gpu_mib:
-        holding = [p for p in workers if p in gpu_mib]
-        evidence = (f"nvidia-smi: learner {gpu_mib[learner]} MiB; workers holding GPU memory: "
-                    f"{ {p: gpu_mib[p] for p in holding} }")
-    else:
-        holding = [p for p in workers if any(re.fullmatch(r"/dev/nvidia\d+", f) for f in maps.get(p, {}))]
-        evidence = "nvidia-smi lists no learner: judged by /dev/nvidiaN mappings"
+                   gpu_mib: dict[int, int] | None) -> tuple[str, str]:
+    """(PASS when only the learner holds a CUDA context, the evidence). nvidia-smi's
+    per-process GPU memory decides when it lists the learner (its pids are ours).
+    Without that the mappings cannot tell: a worker that only initialised the driver
+    (torchrl's collector calls ``torch.cuda.is_available()`` in each) maps
+    /dev/nvidiaN too, so the check is a SKIP with the mappings as its evidence."""
     mapped = {("learner" if p == learner else p): {f: round(b / 2**20, 1) for f, b in maps.get(p, {}).items()}
               for p in [learner, *workers]}
-    ok = bool(workers) and not holding and (learner in (gpu_mib or {}) or
-                                            any(re.fullmatch(r"/dev/nvidia\d+", f) for f in maps.get(learner, {})))
-    return ok, f"{len(workers)} worker(s), {len(holding)} holding a context; {evidence}; MiB mapped: {mapped}"
+    if not workers:
+        return FAIL, "no collector worker found"
+    if gpu_mib is None or learner not in gpu_mib:
+        return SKIP, f"nvidia-smi does not list the learner: no per-process GPU memory; MiB mapped: {mapped}"
+    holding = {p: gpu_mib[p] for p in workers if p in gpu_mib}
+    evidence = (f"{len(workers)} worker(s), {len(holding)} holding a context (nvidia-smi: learner "
+                f"{gpu_mib[learner]} MiB, workers {holding}); MiB mapped: {mapped}")
+    return (FAIL if holding else PASS), evidence
 
 
 def _spawned_children(pid: int) -> list[int]:
@@ -383,7 +418,7 @@ print(json.dumps({"exact": sum(t.numel() * t.element_size() for t in leaves), "g
                   "pinned": all(t.is_pinned() for t in leaves)}))
 """
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=_env(),
-                          timeout=600)
+                          timeout=_within_budget(600)[0])
     if proc.returncode != 0:
         return Result(PAGE_LOCKED, FAIL, proc.stderr.strip().splitlines()[-1][:300])
     got = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -414,32 +449,41 @@ def check_smoke_runs(workdir: Path, results: dict, quick: bool = False) -> list[
                 return
             time.sleep(0.5)
 
-    rates = {}
+    rates: dict = {}
+    cut: list[str] = []  # runs the budget stopped (not failures)
     first_dir = None
     matrix = [("off", "off"), ("default", "auto")] if quick else \
         [(c, a) for c in ("off", "default") for a in ("off", "auto")]
     for compile_choice, autocast in matrix:
+        name = f"compile={compile_choice} autocast={autocast}"
         run_dir = workdir / f"smoke_compile-{compile_choice}_autocast-{autocast}"
         overrides = ("experiment=smoke", "device=cuda", "collector.num_workers=2", f"compile={compile_choice}",
                      f"autocast={autocast}", "train.total_frames=1000", "logger.log_every=20")
         try:
             summary = run_dreamer(run_dir, *overrides, on_start=watch_contexts if first_dir is None else None)
+        except OutOfBudget as err:
+            rates[name] = str(err)
+            cut.append(name)
+            continue
         except (RuntimeError, subprocess.TimeoutExpired) as err:
-            rates[f"compile={compile_choice} autocast={autocast}"] = f"failed: {err}"
+            rates[name] = f"failed: {err}"
             continue
         if first_dir is None:
             first_dir = run_dir
-        rates[f"compile={compile_choice} autocast={autocast}"] = round(summary.get("updates_per_s") or 0, 2)
+        rates[name] = round(summary.get("updates_per_s") or 0, 2)
     results["smoke_updates_per_s"] = rates
     results["smoke_run_dir"] = str(first_dir) if first_dir else None
-    if not contexts:
-        out.append(Result(SMOKE_CONTEXTS, FAIL, "the run never reached its first logged update"))
+    if contexts:
+        status, evidence = judge_contexts(contexts["learner"], contexts["workers"], contexts["maps"],
+                                          contexts["gpu_mib"])
+        out.append(Result(SMOKE_CONTEXTS, status, evidence))
+    elif len(cut) == len(matrix):
+        out.append(Result(SMOKE_CONTEXTS, SKIP, "every smoke run was cut by the time budget (--budget-s)"))
     else:
-        ok, evidence = judge_contexts(contexts["learner"], contexts["workers"], contexts["maps"], contexts["gpu_mib"])
-        out.append(Result(SMOKE_CONTEXTS, PASS if ok else FAIL, evidence))
-    failed = [k for k, v in rates.items() if isinstance(v, str)]
-    out.append(Result(SMOKE_RATES, FAIL if failed else PASS,
-                      "; ".join(f"{k}: {v}" for k, v in rates.items())))
+        out.append(Result(SMOKE_CONTEXTS, FAIL, "the run never reached its first logged update"))
+    failed = [k for k in rates if k not in cut and isinstance(rates[k], str)]
+    status = FAIL if failed else SKIP if len(cut) == len(matrix) else PASS
+    out.append(Result(SMOKE_RATES, status, "; ".join(f"{k}: {v}" for k, v in rates.items())))
     return out
 
 
@@ -552,11 +596,18 @@ def check_resume(workdir: Path, smoke_dir: str | None) -> Result:
     try:
         on_gpu = run_dreamer(workdir / "resume_gpu", f"resume={run_dir}",
                              "train.total_frames=1300", "device=cuda", summary_dir=run_dir)
+    except (RuntimeError, subprocess.TimeoutExpired) as err:
+        return Result(RESUME, FAIL, f"on the GPU: {err}")
+    if on_gpu.get("frames", 0) < 1300:
+        return Result(RESUME, FAIL, f"frames after the GPU resume {on_gpu.get('frames')}")
+    try:
         on_cpu = run_dreamer(workdir / "resume_cpu", f"resume={run_dir}",
                              "train.total_frames=1500", "device=cpu", "collector.num_workers=1", summary_dir=run_dir)
+    except OutOfBudget as err:
+        return Result(RESUME, SKIP, f"the GPU resume passed (frames {on_gpu.get('frames')}); the CPU resume: {err}")
     except (RuntimeError, subprocess.TimeoutExpired) as err:
-        return Result(RESUME, FAIL, str(err))
-    ok = on_gpu.get("frames", 0) >= 1300 and on_cpu.get("frames", 0) >= 1500
+        return Result(RESUME, FAIL, f"on the CPU: {err}")
+    ok = on_cpu.get("frames", 0) >= 1500
     return Result(RESUME, PASS if ok else FAIL,
                   f"frames after the GPU resume {on_gpu.get('frames')}, after the CPU resume {on_cpu.get('frames')}")
 
@@ -665,8 +716,11 @@ def main(argv: list[str] | None = None) -> int:
             reason = why_not if not gpus else "--cpu-only"
             report(*(Result(name, SKIP, reason) for name in gpu_checks))
         else:
-            report(*run_pytest(CUDA_TESTS, workdir, require_all_run=True, workers=args.pytest_workers,
-                               timeout=max(DEADLINE - time.monotonic(), 1.0)))
+            try:
+                report(*run_pytest(CUDA_TESTS, workdir, require_all_run=True, workers=args.pytest_workers,
+                                   budgeted=True))
+            except OutOfBudget as cut:
+                report(*(Result(name, SKIP, str(cut)) for name, _ in CUDA_TESTS))
             steps = [  # (the checks a step reports, the step), in GPU_RUN_CHECKS' order
                 ([PAGE_LOCKED], lambda: [check_page_locked_replay(workdir)]),
                 ([SMOKE_CONTEXTS, SMOKE_RATES], lambda: check_smoke_runs(workdir, figures, quick=args.quick)),
@@ -684,6 +738,8 @@ def main(argv: list[str] | None = None) -> int:
                 started = time.perf_counter()
                 try:
                     produced = step()
+                except OutOfBudget as cut:
+                    produced = [Result(name, SKIP, str(cut)) for name in names]
                 except Exception as err:  # noqa: BLE001 -- one check's crash is its FAIL line, not the script's
                     produced = [Result(names[0], FAIL, f"{type(err).__name__}: {err}"[:400])]
                 for result in produced:

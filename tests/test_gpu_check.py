@@ -63,19 +63,19 @@ def test_a_failed_skipped_or_missing_test_is_never_a_pass():
 def test_a_worker_is_judged_by_its_gpu_memory_not_by_a_driver_mapping():
     """On the first GPU run (2026-11-26, H200) every collector worker mapped /dev/nvidia0:
     torchrl's collector calls torch.cuda.is_available() in each worker, which initialises
-    the driver. nvidia-smi's per-process GPU memory tells a context from that."""
+    the driver. nvidia-smi's per-process GPU memory tells a context from that; without
+    it the mappings alone cannot, and the check says so (SKIP) instead of failing."""
     gpu_check = load_script("gpu_check")
     learner, workers = 100, [101, 102]
     maps = {100: {"/dev/nvidia0": 2**30, "/dev/nvidia-uvm": 2**21}, 101: {"/dev/nvidia0": 2**16},
             102: {"/dev/nvidia0": 2**16}}
-    ok, evidence = gpu_check.judge_contexts(learner, workers, maps, {100: 812})
-    assert ok, evidence
-    ok, evidence = gpu_check.judge_contexts(learner, workers, maps, {100: 812, 102: 310})
-    assert not ok and "1 holding a context" in evidence and "102: 310" in evidence
-    # nvidia-smi absent, or showing a container host's pids: the mappings decide.
-    for listed in (None, {7: 812}):
-        ok, evidence = gpu_check.judge_contexts(learner, workers, maps, listed)
-        assert not ok and "2 holding a context" in evidence
-        ok, _ = gpu_check.judge_contexts(learner, workers, {100: maps[100]}, listed)
-        assert ok
-    assert not gpu_check.judge_contexts(learner, [], maps, {100: 812})[0]  # no workers: nothing shown
+    status, evidence = gpu_check.judge_contexts(learner, workers, maps, {100: 812})
+    assert status == "PASS" and "0 holding a context" in evidence, evidence
+    status, evidence = gpu_check.judge_contexts(learner, workers, maps, {100: 812, 102: 310})
+    assert status == "FAIL" and "1 holding a context" in evidence and "102: 310" in evidence
+    status, _ = gpu_check.judge_contexts(learner, workers, maps, {100: 812, 101: -1})  # MIG: memory [N/A]
+    assert status == "FAIL"
+    for unlisted in (None, {7: 812}):  # nvidia-smi absent, or a container host's pids
+        status, evidence = gpu_check.judge_contexts(learner, workers, maps, unlisted)
+        assert status == "SKIP" and "/dev/nvidia0" in evidence
+    assert gpu_check.judge_contexts(learner, [], maps, {100: 812})[0] == "FAIL"  # no workers found

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import typing
 
@@ -239,6 +240,21 @@ def hydra_command_line():
     with hydra.initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         yield compose
     GlobalHydra.instance().clear()
+
+
+def test_prof_variables_on_resume_count_as_given(hydra_command_line, monkeypatch):
+    """PROF_ENABLED=1 ... resume=DIR profiles the resumed run: the environment's
+    profiling keys are given like command-line ones (and only those)."""
+    monkeypatch.setenv("PROF_ENABLED", "1")
+    monkeypatch.setenv("PROF_ITERATIONS", "70-72")
+    monkeypatch.delenv("PROF_OUTPUT_DIR", raising=False)
+    monkeypatch.delenv("PROF_MODE", raising=False)
+    _, keys = hydra_command_line(["resume=/runs/a"])
+    assert {"profiling.enabled", "profiling.first_update", "profiling.last_update"} <= keys
+    assert not {"profiling.output_dir", "profiling.mode", "eval.every"} & keys
+    requested = load_config({"resume": "/runs/a"}, environ=os.environ)
+    merged = resume.merge(_saved(), requested, keys)
+    assert (merged.profiling.enabled, merged.profiling.first_update, merged.profiling.last_update) == (True, 70, 72)
 
 
 def test_overridden_keys_names_what_a_group_option_changes(hydra_command_line):

@@ -41,8 +41,11 @@ RESULT_NAME = ".background_compile.json"
 def exit_when_orphaned(poll_s: float = 1.0) -> threading.Thread:
     """End this (spawned) process once its parent is gone. A parent killed with
     SIGKILL (the OOM killer, ``kill -9``) runs no cleanup, and the compile child
-    would otherwise compile on for minutes and write into the dead run's directory."""
-    parent = os.getppid()
+    would otherwise compile on for minutes and write into the dead run's directory.
+    The parent is the one multiprocessing recorded at spawn (a parent killed while
+    this child still unpickled its arguments is noticed too), else ``getppid()``."""
+    spawner = mp.parent_process()
+    parent = spawner.pid if spawner is not None else os.getppid()
 
     def watch() -> None:
         while os.getppid() == parent:
