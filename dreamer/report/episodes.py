@@ -31,14 +31,17 @@ class CollectedEpisodes:
 
     def add(self, batch: TensorDictBase) -> int:
         """The episodes that ended in ``batch`` (any leading shape); returns how many."""
-        if RETURN_KEY not in batch.keys(True) or DONE_KEY not in batch.keys(True):
+        # One lookup per key (not a walk of the batch's nested keys per test).
+        returns, done = batch.get(RETURN_KEY, None), batch.get(DONE_KEY, None)
+        if returns is None or done is None:
             return 0
-        done = batch.get(DONE_KEY).reshape(-1)
+        done = done.reshape(-1)
         if not done.any():
             return 0
-        self.returns.extend(batch.get(RETURN_KEY).reshape(-1)[done].tolist())
-        if LENGTH_KEY in batch.keys(True):
-            self.lengths.extend(batch.get(LENGTH_KEY).reshape(-1)[done].tolist())
+        self.returns.extend(returns.reshape(-1)[done].tolist())
+        lengths = batch.get(LENGTH_KEY, None)
+        if lengths is not None:
+            self.lengths.extend(lengths.reshape(-1)[done].tolist())
         return int(done.sum())
 
     def flush(self) -> dict[str, float]:
