@@ -24,8 +24,8 @@ Sides, each in its own process (built one after another, so no compile warm-up o
                  compile.enabled=false.
   ours_compiled  the same with compile.enabled=true (+ --compiled-overrides: the best settings); its compile
                  warm-up (cold: a fresh inductor cache dir unless --compile-cache-dir) is reported apart.
-"Ours as shipped" is whichever of the two the preset's own compile setting picks (pendulum: eager;
-size1m: compiled). --sides ours means both of ours.
+"Ours as shipped" is whichever of the two the preset's own compile setting picks (both compiled
+since 2026-11-26; pendulum was eager before). --sides ours means both of ours.
 
 Each round asks every side in turn (the order reversed every other round) for --warmup untimed updates
 then --reps timed ones, and keeps their median; a side's figure is the median over rounds, and a
