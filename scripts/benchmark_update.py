@@ -17,6 +17,15 @@ process's malloc policy is the app's (``retain_host_memory``, on by default). Wi
 per thread count, ``eager_s`` / ``compiled_s`` (median s/update),
 ``compile_warmup_s`` and ``compiled_vs_eager`` (eager_s / compiled_s).
 
+--flops: also counts the floating-point operations of one eager update
+(matmuls and convolutions, forward and backward, as ``torch.utils.flop_counter``
+counts them) and times this CPU's best fp32 rate on a large square matmul, a
+rate no update's mix of smaller products reaches: ``update_flops`` /
+``matmul_flops_per_s`` = ``update_floor_s``, the fewest seconds one update can
+take here, whatever the implementation. Beside ``eager_s`` it gives the update's
+achieved fraction of that rate (``matmul_rate_fraction``). Cheapest for a large
+preset with ``--warmup 0 --reps 1 --fill-steps`` one batch of sequences.
+
 --rssm-step-ab ROUNDS (Dreamer V3): one learner with compiled losses and a
 compiled RSSM step (compile.rssm_step), timed in alternating rounds with the
 world model's step compiled and eager (``torchrl_ext.eager_rollout_step``): what
@@ -87,6 +96,45 @@ def build(cfg, fill_steps: int | None = None):
     return learner, replay
 
 
+class _Everywhere:
+    """A module tracker that files every op under FlopCounterMode's "Global" total: the real one keys a
+    WeakKeyDictionary by module, and looking up a TensorDictParams module there compares it with ``==``,
+    which is elementwise for a tensordict ("Converting a tensordict to boolean value is not permitted")."""
+
+    parents = frozenset({"Global"})
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def update_flops(learner, batch) -> int:
+    """FLOPs of one update on ``batch`` as torch's FlopCounterMode counts them (eager ops only: compiled
+    code hides its products from the counter)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    counter.mod_tracker = _Everywhere()  # the total only (why: _Everywhere)
+    with counter:
+        learner.update(batch)
+    return counter.get_total_flops()
+
+
+def matmul_flops_per_s(n: int = 2048, reps: int = 5) -> float:
+    """The best fp32 rate of ``reps`` n x n by n x n matmuls (2 n^3 FLOPs each) after one warm-up, with this
+    process's threads: a ceiling for an update's smaller matmuls and convolutions."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = float("inf")
+    for _ in range(reps):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
+
+
 def time_updates(update, next_batch, warmup: int, reps: int) -> dict:
     """Median wall and process-CPU seconds of ``reps`` calls of ``update(next_batch())`` after ``warmup``
     untimed ones (``next_batch`` runs outside the timing): ``wall_s``, ``cpu_s`` and every wall time."""
@@ -100,6 +148,13 @@ def time_updates(update, next_batch, warmup: int, reps: int) -> dict:
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
     return {"wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus), "walls": walls}
+
+
+def flop_floor(learner, replay, eager_s: float) -> dict:
+    """One update's FLOPs, this CPU's matmul rate and the floor they give, beside the timed ``eager_s``."""
+    flops, rate = update_flops(learner, replay.sample()), matmul_flops_per_s()
+    return {"update_flops": flops, "matmul_flops_per_s": rate, "update_floor_s": flops / rate,
+            "matmul_rate_fraction": flops / rate / eager_s}
 
 
 def alternating_rounds(learner, replay, variant, rounds: int, warmup: int, reps: int) -> tuple[list, list]:
@@ -193,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="V3: compiled losses with the RSSM step eager vs compiled, alternating ROUNDS rounds")
     parser.add_argument("--imagination-graph-ab", type=int, metavar="ROUNDS",
                         help="V3, REINFORCE: imagination recording autograd vs not, alternating ROUNDS rounds")
+    parser.add_argument("--flops", action="store_true",
+                        help="also count one eager update's FLOPs against this CPU's matmul rate (its floor)")
+    parser.add_argument("--fill-steps", type=int, metavar="N",
+                        help="replay filled with N acting steps (default: 4 batches of sequences, >= 1000)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
 
@@ -216,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in modes:
             cfg = compose([*args.overrides, f"compile.enabled={mode == 'compiled'}"])
             torch.manual_seed(cfg.seed)
-            learner, replay = build(cfg)
+            learner, replay = build(cfg, args.fill_steps)
             if mode == "compiled":
                 learner.compile()
                 row["compile_warmup_s"] = learner.warmup(replay.sample())
@@ -225,6 +284,12 @@ def main(argv: list[str] | None = None) -> int:
             wall, cpu = timed["wall_s"], timed["cpu_s"]
             row[f"{mode}_s"], row[f"{mode}_cpu_s"] = wall, cpu
             print(f"{threads:>7} {mode:>9} {wall:9.3f} {1 / wall:10.2f} {cpu:13.3f}", flush=True)
+            if args.flops and mode == "eager":
+                row.update(flop_floor(learner, replay, wall))
+                print(f"{threads:>7} {row['update_flops'] / 1e9:.4g} GFLOP per update at "
+                      f"{row['matmul_flops_per_s'] / 1e9:.0f} GFLOP/s (fp32 matmul): at least "
+                      f"{row['update_floor_s']:.3f} s per update here; eager reaches "
+                      f"{row['matmul_rate_fraction']:.0%} of that rate", flush=True)
         if args.compile:
             row["compiled_vs_eager"] = row["eager_s"] / row["compiled_s"]
             print(f"{threads:>7} compiled vs eager: {row['compiled_vs_eager']:.2f}x")

@@ -52,8 +52,8 @@ def _peers(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def test_benchmark_peers_times_ours_alone_and_writes_the_speedup_keys(tmp_path):
     out = tmp_path / "peers.json"
     result = _peers("--configs", "pendulum", "--sides", "ours_eager", "--rounds", "1", "--reps", "1",
-                    "--warmup", "0", "--fill-steps", "200", "--overrides", "buffer.batch_length=4", "algo.imagination_horizon=2",
-                    "--json", str(out))
+                    "--warmup", "0", "--fill-steps", "200",
+                    "--overrides", "buffer.batch_length=4", "algo.imagination_horizon=2", "--json", str(out))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     # The mapping is read from our composed config: our overrides reach sheeprl's settings.
     assert "algo.per_rank_sequence_length=4" in result.stdout and "algo.horizon=2" in result.stdout
@@ -136,6 +136,31 @@ def test_benchmark_update_imagination_graph_ab_needs_a_reinforce_actor_loss():
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1].startswith(
         "--imagination-graph-ab needs a REINFORCE actor loss: add algo.actor_grad=reinforce")
+
+
+def _flop_row(tmp_path, batch_size: int) -> dict:
+    out = tmp_path / f"flops_{batch_size}.json"
+    threads = torch.get_num_threads()  # the script sets this process's; the tests after it keep theirs
+    try:
+        code = load_script("benchmark_update").main([
+            *TINY_V3, f"buffer.batch_size={batch_size}", "--threads", "1", "--flops", "--warmup", "0", "--reps", "1",
+            "--fill-steps", "64", "--json", str(out)])
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0
+    return json.loads(out.read_text())["threads"]["1"]
+
+
+def test_benchmark_update_flops_give_the_floor_under_an_update(tmp_path, capsys):
+    """An update's FLOPs grow with the batch it learns from (every counted product is per sequence), and the
+    floor is those FLOPs at the CPU's measured matmul rate: what issue 16's first-update argument rests on."""
+    two, four = _flop_row(tmp_path, 2), _flop_row(tmp_path, 4)
+    assert four["update_flops"] == pytest.approx(2 * two["update_flops"], rel=0.02)
+    for row in (two, four):
+        assert row["matmul_flops_per_s"] > 1e8  # any CPU this runs on does 0.1 GFLOP/s
+        assert row["update_floor_s"] == pytest.approx(row["update_flops"] / row["matmul_flops_per_s"])
+        assert row["matmul_rate_fraction"] == pytest.approx(row["update_floor_s"] / row["eager_s"])
+    assert "GFLOP per update" in capsys.readouterr().out
 
 
 # -- scripts/benchmark_eval.py: the evaluation batched against one episode at a time (in-process) -----------

@@ -227,7 +227,8 @@ def test_a_dead_worker_checkpoints_then_names_resume(tmp_path):
             raise WorkerDied("collector worker 0 (exit code -9) died")
 
     run, calls = fake_run(tmp_path, batches=100, on_batch=die)
-    with pytest.raises(WorkerDied, match=rf"; final checkpoint \S+ckpt_0000000040.pt; continue with resume={tmp_path}$"):
+    final = rf"; final checkpoint \S+ckpt_0000000040.pt; continue with resume={tmp_path}$"
+    with pytest.raises(WorkerDied, match=final):
         Trainer(run).run()
     assert torn_down_once(calls)
 
