@@ -18,6 +18,7 @@ from hydra.core.global_hydra import GlobalHydra
 from dreamer.algos.v3.models import build_models
 from dreamer.config import get_path, load_config, register_configs
 from dreamer.envs.factory import make_env
+from dreamer.system.device import gpu_sized_on_cpu
 
 TABLE = yaml.safe_load((REPO_ROOT / "tests" / "data" / "dreamerv3_published.yaml").read_text())
 SIZES = TABLE["sizes"]
@@ -111,3 +112,20 @@ def test_size_preset_has_about_its_published_parameter_count(compose, pixel_env,
     count = sum(p.numel() for p in models.modules.parameters())
     nominal = int(size[4:-1]) * 1e6
     assert 0.75 * nominal <= count <= 1.25 * nominal, f"{size}: {count / 1e6:.1f}M parameters"
+
+
+@pytest.mark.parametrize("size", [*sorted(SIZES, key=lambda s: int(s[4:-1])), None])
+def test_only_gpu_sized_models_warn_before_training_on_the_cpu(compose, pixel_env, size):
+    """size50m and up take minutes per update on a laptop CPU: the run says so at start. The CPU presets
+    (experiment=small, here from pixels: its largest form) and sizes up to size25m start quietly."""
+    cfg = compose(["experiment=small", "env=pendulum_pixels", *([f"model={size}"] if size else [])])
+    with torch.device("meta"):
+        models = build_models(cfg.algo, cfg.env, pixel_env, torch.device("meta"))
+    count = sum(p.numel() for p in models.modules.parameters())
+    gpu_sized = size is not None and int(size[4:-1]) >= 50
+    warning = gpu_sized_on_cpu(count, torch.device("cpu"))
+    assert (warning is not None) == gpu_sized, f"{size or 'small'}: {count / 1e6:.1f}M parameters"
+    if gpu_sized:
+        assert warning.startswith(f"{count / 1e6:.0f}M parameters on the CPU") and "model=size12m" in warning
+    assert gpu_sized_on_cpu(count, torch.device("meta")) is None  # not the CPU: a GPU, say
+

@@ -28,7 +28,7 @@ from dreamer.run.state import Cadence, Run
 from dreamer.run.stopping import Stopper, ignore_stop_signals
 from dreamer.system import compile_cache, distributed
 from dreamer.system.cpus import IN_LEARNER_COLLECTION_MAX_S, collects_in_learner, cpu_budget, split_cores
-from dreamer.system.device import configure_cuda_math, resolve_autocast, resolve_device
+from dreamer.system.device import configure_cuda_math, gpu_sized_on_cpu, resolve_autocast, resolve_device
 from dreamer.system.memory import retain_freed_host_memory
 from dreamer.system.profiling import TraceWindow
 from dreamer.system.timing import process_start
@@ -83,6 +83,11 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
             collect_s = collection_cost(cfg, proof_env, acting, device)
         finally:
             close_env(proof_env)
+        parameters = sum(p.numel() for p in models.modules.parameters())
+        log.info("model: %d parameters", parameters)
+        warning = gpu_sized_on_cpu(parameters, device)
+        if warning:
+            log.warning(warning)
         in_learner = collects_in_learner(device.type, collect_s)
         workers, threads = split_cores(cpus.cores, cfg.collector.num_workers, cfg.threads, in_learner=in_learner)
         torch.set_num_threads(threads)
