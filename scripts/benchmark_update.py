@@ -251,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flops", action="store_true",
                         help="also count one eager update's FLOPs against this CPU's matmul rate (its floor)")
     parser.add_argument("--fill-steps", type=int, metavar="N",
-                        help="replay filled with N acting steps (default: 4 batches of sequences, >= 1000)")
+                        help="replay filled with N acting steps (default: 4 batches of sequences, >= 1000); "
+                             "the plain timing and --flops (the A/Bs fill their default)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
 

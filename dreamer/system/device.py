@@ -83,4 +83,3 @@ def gpu_sized_on_cpu(parameters: int, device: torch.device) -> str | None:
     return (f"{parameters / 1e6:.0f}M parameters on the CPU: this model is sized for a GPU (DreamerV3's size200m "
             "took 84 s per update and up to 22.6 GB of RAM on a 2-core CPU). For a CPU run pick a smaller "
             "model (model=size12m) or experiment=small")
-
