@@ -8,6 +8,7 @@ import signal
 import time
 
 import psutil
+import pytest
 import torch
 from helpers_e2e import start, wait_for
 from helpers_unit import tiny_config
@@ -121,7 +122,79 @@ def test_the_learner_yields_a_thread_while_the_child_compiles_and_swaps_losses_i
     assert seen_threads[:3] == [1, 1, 1] and after == 2  # one thread for the child's core, then back
     assert child_threads == [2]  # the child compiles for the thread count the losses will run at
     assert calls["learner.compile"] == 1 and calls["update"] == result.updates
-    assert run.logger.summary["compiled_from_update"] == 4 and run.logger.summary["compile_warmup_s"] == 3.0
+    # Started after the first update (which sized it), polled before each later one: done at the 4th poll.
+    assert run.logger.summary["compiled_from_update"] == 5 and run.logger.summary["compile_warmup_s"] == 3.0
+
+
+def test_a_compile_child_that_would_not_fit_in_memory_is_not_started_and_learning_goes_on_eager(
+        tmp_path, monkeypatch, caplog):
+    """dmc_vision's size200m update took 19 GB on a 24 GiB box; a child repeating it was
+    OOM-killed with the run. Short of memory, the run says so in one line and stays eager."""
+    from test_trainer import fake_run
+
+    from dreamer.report.evaluation import EvalResult
+    from dreamer.run import trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "evaluate", lambda *a, **k: EvalResult([1.0, 3.0]))
+    sized: list[int] = []
+
+    def too_little(update_bytes, device):
+        sized.append(update_bytes)
+        return "not compiling in the background: (the reason)"
+
+    monkeypatch.setattr(trainer_module, "compiles_in_background", lambda cfg, ranks: True)
+    monkeypatch.setattr(trainer_module, "too_little_memory_for_child", too_little)
+    monkeypatch.setattr(trainer_module, "BackgroundCompile", lambda *a, **k: pytest.fail("a child was started"))
+    run, calls = fake_run(tmp_path)
+    run.learner.compile = lambda: calls.update(["learner.compile"])
+    threads = torch.get_num_threads()
+    with caplog.at_level("WARNING", logger="dreamer"):
+        result = trainer_module.Trainer(run).run()
+    assert torch.get_num_threads() == threads  # no thread given away to a child that never ran
+    assert len(sized) == 1  # asked once, after the first update
+    assert calls["learner.compile"] == 0 and calls["update"] == result.updates == 60
+    assert "compiled_from_update" not in run.logger.summary
+    assert [r.message for r in caplog.records if "not compiling" in r.message] == [
+        "not compiling in the background: (the reason)"]
+
+
+GIB = 2**30
+
+
+def test_the_compile_child_is_sized_by_the_update_it_repeats(monkeypatch):
+    from dreamer.run import background_compile as bc
+
+    monkeypatch.setattr(bc, "host_memory_available", lambda: (8 * GIB, "free RAM"))
+    # CPU: the child needs the update's memory again, plus its own interpreter and compiler.
+    assert bc.too_little_memory_for_child(1 * GIB, torch.device("cpu")) is None
+    line = bc.too_little_memory_for_child(7 * GIB, torch.device("cpu"))
+    assert line is not None and "\n" not in line
+    assert "9.0 GiB" in line and "7.0 GiB" in line and "free RAM leaves 8.0 GiB" in line and "compile=off" in line
+    # CUDA: the update's memory on the GPU, the interpreter on the host.
+    monkeypatch.setattr(bc, "memory_available", lambda device: (4 * GIB, f"{device} free memory"))
+    gpu = torch.device("cuda", 0)
+    assert bc.too_little_memory_for_child(2 * GIB, gpu) is None
+    assert "cuda:0 free memory leaves 4.0 GiB" in bc.too_little_memory_for_child(5 * GIB, gpu)
+    monkeypatch.setattr(bc, "host_memory_available", lambda: (GIB, "the cgroup memory limit of 4.0 GiB"))
+    assert "the cgroup memory limit of 4.0 GiB leaves 1.0 GiB" in bc.too_little_memory_for_child(2 * GIB, gpu)
+
+
+def test_peak_growth_measures_what_a_stretch_of_work_allocated():
+    """In a fresh interpreter: this test process's heap may hold freed memory a new
+    tensor would reuse without growing."""
+    import subprocess
+    import sys
+
+    from helpers_unit import REPO_ROOT
+
+    code = ("import torch\nfrom dreamer.system.memory import PeakGrowth\n"
+            "with PeakGrowth(torch.device('cpu')) as idle:\n    pass\n"
+            "with PeakGrowth(torch.device('cpu')) as busy:\n    x = torch.ones(64 * 2**20)\n    del x\n"
+            "print(idle.bytes, busy.bytes)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    idle, busy = map(int, out.stdout.split())
+    assert busy >= 250 * 2**20  # 256 MiB of float32 ones, freed before the stretch ended
+    assert idle < 16 * 2**20
 
 
 def test_the_compile_child_ends_when_its_parent_is_killed():

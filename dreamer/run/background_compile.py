@@ -3,9 +3,10 @@
 A cold ``torch.compile`` of the actor and value losses takes minutes on a small
 CPU (a V3 imagination unrolls 15 steps into one graph). Blocking on it delays the
 first update by as long. With ``compile.background=true`` the trainer instead
-starts learning with the eager losses at once, and a spawned child process
-builds the same learner from the same config, compiles and warms it on a real
-replay batch. Everything it compiles lands in inductor's on-disk caches (FX
+starts learning with the eager losses at once, and after the first update
+(whose memory sizes it: a child that would not fit is not started, the run says
+so and stays eager) a spawned child process builds the same learner from the
+same config, compiles and warms it on a real replay batch. Everything it compiles lands in inductor's on-disk caches (FX
 graphs, AOTAutograd: ``TORCHINDUCTOR_CACHE_DIR``, inherited); when the child
 exits, the trainer swaps in the compiled losses and the next update compiles
 warm: dynamo traces again, code generation and the C++ compiler are cache hits.
@@ -32,6 +33,7 @@ import torch
 
 from dreamer.config import Config
 from dreamer.system.distributed import Ranks
+from dreamer.system.memory import host_memory_available, memory_available
 
 log = logging.getLogger("dreamer")
 
@@ -89,6 +91,41 @@ def _compile_child(cfg, device: str, autocast_dtype, batch, result_path: str, th
     Path(result_path).write_text(json.dumps(result))
 
 
+# What a compile child holds besides the update its warm-up repeats: a second
+# torch interpreter, the models, dynamo/inductor and the C++ compiler it runs.
+# Measured 1.1 GiB on `experiment=small` from a cold inductor cache (the child's
+# process tree peaked at 1.26 GiB RSS, its update 0.18 GiB; 2026-11-26, 2-core
+# AMD EPYC); doubled for larger models' graphs and kernels.
+CHILD_BASE_BYTES = 2 * 2**30
+# A CUDA context of its own on the learner's GPU.
+CUDA_CONTEXT_BYTES = 2**30
+
+
+def too_little_memory_for_child(update_bytes: int, device: torch.device) -> str | None:
+    """None when a compile child fits beside this run; else why not, in one line.
+
+    The child's warm-up runs one update (world model, actor and value, forward
+    and backward) on its own copy of the models, so it needs what this process's
+    first update took (``update_bytes``) again, on the learner's device, beside
+    this process, which keeps its own peak (the malloc policy retains it).
+    """
+    gib = 2**30
+    update = f"one update took {update_bytes / gib:.1f} GiB here"
+    if device.type == "cuda":
+        needs = [(update_bytes + CUDA_CONTEXT_BYTES, f"{update}, plus a CUDA context", memory_available(device)),
+                 (CHILD_BASE_BYTES, "host memory for its interpreter and compiler", host_memory_available())]
+    else:
+        needs = [(update_bytes + CHILD_BASE_BYTES, f"{update}, plus its interpreter and compiler",
+                  host_memory_available())]
+    for need, what, (available, limited_by) in needs:
+        if need > available:
+            return (f"not compiling in the background: the compile process needs about {need / gib:.1f} GiB "
+                    f"({what}) and {limited_by} leaves {available / gib:.1f} GiB; the losses stay eager "
+                    f"(compile=off skips this check; a smaller model=size*, buffer.batch_size or more memory "
+                    f"would compile)")
+    return None
+
+
 def compiles_in_background(cfg: Config, ranks: Ranks) -> bool:
     """compile.background on a single-process run (ranks compile first, together)."""
     return cfg.compile.enabled and cfg.compile.background and not ranks.enabled
@@ -98,6 +135,7 @@ class BackgroundCompile:
     """A child process filling the compile caches; ``poll()`` says when it is done."""
 
     def __init__(self, cfg, device: torch.device, autocast_dtype, batch, run_dir: Path, *, threads: int):
+        """Starts the child; the caller logs it (with what sized it)."""
         """``threads``: the intra-op thread count the run will execute the compiled
         losses with. Inductor's CPU kernels specialise on it and its FX-graph cache
         key holds it, so a child compiling at another count writes entries the run
@@ -112,8 +150,6 @@ class BackgroundCompile:
             daemon=True,
         )
         self.process.start()
-        log.info("compiling the actor/value losses in the background (pid %d); updates run eager until then",
-                 self.process.pid)
 
     def poll(self) -> dict | None:
         """None while the child runs; then its result: ``seconds`` (its warm-up) or ``error``."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -17,11 +18,12 @@ from dreamer.report.evaluation import EvalResult, evaluate
 from dreamer.report.openloop import openloop_video
 from dreamer.report.progress import Progress
 from dreamer.run import health
-from dreamer.run.background_compile import BackgroundCompile, compiles_in_background
+from dreamer.run.background_compile import BackgroundCompile, compiles_in_background, too_little_memory_for_child
 from dreamer.run.build import build_run
 from dreamer.run.result import RunResult
 from dreamer.run.state import Run
 from dreamer.system import compile_cache, distributed
+from dreamer.system.memory import PeakGrowth
 
 log = logging.getLogger("dreamer")
 
@@ -41,6 +43,7 @@ class Trainer:
         self.r = run
         self.warm = False  # learning has started (the learner compiled and warmed, or compiling in the background)
         self.background: BackgroundCompile | None = None  # compile.background: the child compiling
+        self.background_due = False  # start the child after the first update, sized by it
         self.switched_at: int | None = None  # the update that first ran the background-compiled losses
         self.cache_lookups_at_switch: dict[str, int] | None = None  # compile-cache counters at the switch
         self.last_eval: EvalResult | None = None
@@ -110,11 +113,16 @@ class Trainer:
         if self.background is not None:
             self._switch_when_compiled()
         start = time.perf_counter()
-        with r.trace_window.update(n.updates + 1):
+        # The first update's memory sizes the background compile child (it repeats an update).
+        sizing = PeakGrowth(r.device) if self.background_due else contextlib.nullcontext()
+        with r.trace_window.update(n.updates + 1), sizing:
             with record_function("## train/sample ##"):
                 sample = r.replay.sample()
             r.learner.update(sample)
         n.updates += 1
+        if self.background_due:
+            self.background_due = False
+            self._start_background_compile(sizing.bytes)
         if "first_update_s" not in n.timers:
             n.timers["first_update_s"] = time.perf_counter() - r.started  # process start -> first update
         if self.switched_at == n.updates:
@@ -153,18 +161,7 @@ class Trainer:
         start compiling in the background (compile.background) and learn eager meanwhile."""
         r, n = self.r, self.r.counters
         if compiles_in_background(r.cfg, r.ranks):
-            self.learner_threads = torch.get_num_threads()
-            self.background = BackgroundCompile(
-                r.cfg, r.device, r.learner.autocast_dtype, r.replay.sample(), r.run_dir,
-                threads=self.learner_threads,  # what the compiled losses will run with here
-            )
-            r.teardown.callback(self.background.cancel)  # a run that ends first stops it
-            # The child takes a core: give it one of the learner's threads meanwhile.
-            # Intra-op threads that outnumber the free cores wait at every barrier for
-            # a descheduled sibling (a 2-thread learner beside one busy process ran
-            # 100x slower on 2 cores: docs/PERFORMANCE.md).
-            if self.learner_threads > 1:
-                torch.set_num_threads(self.learner_threads - 1)
+            self.background_due = True
         else:
             if r.cfg.compile.enabled:
                 self.progress.phase("compiling the losses (warm-up)")
@@ -176,6 +173,29 @@ class Trainer:
         self.warm = True
         self.steady_start, self.updates0, self.frames0 = time.perf_counter(), n.updates, n.frames
         n.timers["eval_s"] = 0.0
+
+    def _start_background_compile(self, update_bytes: int) -> None:
+        """The compile child, if it fits in memory beside this run (else the losses stay eager)."""
+        r = self.r
+        short = too_little_memory_for_child(update_bytes, r.device)
+        if short is not None:
+            log.warning(short)
+            return
+        self.learner_threads = torch.get_num_threads()
+        self.background = BackgroundCompile(
+            r.cfg, r.device, r.learner.autocast_dtype, r.replay.sample(), r.run_dir,
+            threads=self.learner_threads,  # what the compiled losses will run with here
+        )
+        r.teardown.callback(self.background.cancel)  # a run that ends first stops it
+        log.info("compiling the actor/value losses in the background (pid %d; the first update took %.2f GiB, "
+                 "which its warm-up repeats); updates run eager until then", self.background.process.pid,
+                 update_bytes / 2**30)
+        # The child takes a core: give it one of the learner's threads meanwhile.
+        # Intra-op threads that outnumber the free cores wait at every barrier for
+        # a descheduled sibling (a 2-thread learner beside one busy process ran
+        # 100x slower on 2 cores: docs/PERFORMANCE.md).
+        if self.learner_threads > 1:
+            torch.set_num_threads(self.learner_threads - 1)
 
     def _switch_when_compiled(self) -> None:
         """Once the background compile is done, the next update runs the compiled losses."""

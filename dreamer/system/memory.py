@@ -1,13 +1,16 @@
-"""Host memory of the learner process: how much it may still use (free RAM, cgroup
-limits), and its malloc policy (glibc)."""
+"""Memory of the learner process: how much it may still use (free RAM, cgroup
+limits, a GPU's free memory), how much one update takes, and its malloc policy (glibc)."""
 
 from __future__ import annotations
 
 import ctypes
 import platform
+import resource
+import sys
 from pathlib import Path
 
 import psutil
+import torch
 
 from dreamer.system.cpus import CGROUP_ROOT, own_cgroup_dirs
 
@@ -95,3 +98,47 @@ def host_memory_available(root: Path = CGROUP_ROOT, proc_cgroup: Path = Path("/p
     if cgroup is not None and cgroup[0] < free:
         return cgroup[0], f"the cgroup memory limit of {cgroup[1] / 2**30:.1f} GiB"
     return free, "free RAM"
+
+
+def _peak_rss() -> int:
+    """This process's resident-set high-water mark, in bytes (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+class PeakGrowth:
+    """How far one stretch of work (an update) lifted memory above where it started,
+    on ``device``: host RSS on the CPU, the caching allocator's peak on CUDA.
+
+    ``with PeakGrowth(device) as growth: ...`` then ``growth.bytes``. On the CPU
+    this is the process's high-water mark after the stretch minus its RSS before:
+    exact when the stretch sets a new high, an over-estimate (on the safe side for
+    sizing another process) when an earlier peak was higher.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.bytes = 0
+
+    def __enter__(self) -> PeakGrowth:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._start = torch.cuda.memory_allocated(self.device)
+        else:
+            self._start = psutil.Process().memory_info().rss
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(self.device)
+        else:
+            peak = _peak_rss()
+        self.bytes = max(0, peak - self._start)
+
+
+def memory_available(device: torch.device) -> tuple[int, str]:
+    """(bytes another process could still take on ``device``, what limits it)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free, f"{device} free memory"
+    return host_memory_available()
