@@ -7,7 +7,7 @@ One preset:
     python scripts/learning_check.py --seeds 0 -- algo.actor_lr=1e-4  # extra Hydra overrides after --
 
 A suite: fixed presets on many tasks (SUITES below; docs/LEARNING.md):
-    python scripts/learning_check.py --suite cpu                      # every task x seed x budget: ~12.5 hours
+    python scripts/learning_check.py --suite cpu                      # every task x seed x budget: ~11.5 hours
     python scripts/learning_check.py --suite cpu --tasks cartpole_v3  # some of its tasks
     python scripts/learning_check.py --suite cpu --check outputs/learning_suite/cpu   # judge finished runs again
     python scripts/learning_check.py --suite ci                       # every task for seconds, tiny (CI)
