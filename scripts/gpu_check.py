@@ -136,6 +136,8 @@ CUDA_TESTS = [
       f"[{algo}-cuda]" for algo in ("dreamer_v1", "dreamer_v3")]),
     ("pixel transforms on CUDA match the CPU's",
      ["tests/test_transforms.py::test_pixel_preprocess_cuda_matches_cpu"]),
+    ("background compile sized on CUDA: the allocator's peak, the GPU's free memory",
+     ["tests/test_background_compile.py::test_on_a_gpu_the_child_is_sized_by_the_allocators_peak_and_the_gpus_free_memory"]),
 ]
 
 PAGE_LOCKED = "page-locked replay memory: resident bytes = replay size (no power-of-two rounding)"

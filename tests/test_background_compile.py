@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -83,6 +84,7 @@ class FakeBackground:
 
     def __init__(self, ready_after: int, seen_threads: list):
         self.polls, self.ready_after, self.seen_threads = 0, ready_after, seen_threads
+        self.process = SimpleNamespace(pid=4242)
 
     def poll(self):
         self.seen_threads.append(torch.get_num_threads())
@@ -223,3 +225,16 @@ def test_the_compile_child_ends_when_its_parent_is_killed():
         proc.kill()
         if grandchild is not None and grandchild.is_running():
             grandchild.kill()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (scripts/gpu_check.py runs it)")
+def test_on_a_gpu_the_child_is_sized_by_the_allocators_peak_and_the_gpus_free_memory():
+    from dreamer.system.memory import PeakGrowth, memory_available
+
+    gpu = torch.device("cuda", torch.cuda.current_device())
+    with PeakGrowth(gpu) as growth:
+        x = torch.ones(64 * 2**20, device=gpu)  # 256 MiB, freed inside the stretch
+        del x
+    assert 256 * 2**20 <= growth.bytes < 512 * 2**20
+    free, limited_by = memory_available(gpu)
+    assert 0 < free <= torch.cuda.get_device_properties(gpu).total_memory and str(gpu) in limited_by

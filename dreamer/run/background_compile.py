@@ -6,10 +6,11 @@ first update by as long. With ``compile.background=true`` the trainer instead
 starts learning with the eager losses at once, and after the first update
 (whose memory sizes it: a child that would not fit is not started, the run says
 so and stays eager) a spawned child process builds the same learner from the
-same config, compiles and warms it on a real replay batch. Everything it compiles lands in inductor's on-disk caches (FX
-graphs, AOTAutograd: ``TORCHINDUCTOR_CACHE_DIR``, inherited); when the child
-exits, the trainer swaps in the compiled losses and the next update compiles
-warm: dynamo traces again, code generation and the C++ compiler are cache hits.
+same config, compiles and warms it on a real replay batch. Everything it
+compiles lands in inductor's on-disk caches (FX graphs, AOTAutograd:
+``TORCHINDUCTOR_CACHE_DIR``, inherited); when the child exits, the trainer swaps
+in the compiled losses and the next update compiles warm: dynamo traces again,
+code generation and the C++ compiler are cache hits.
 
 No state crosses back: the child's weights are its own throwaway copy, so its
 warm-up cannot touch the run's weights, optimiser moments, return statistics
@@ -135,11 +136,11 @@ class BackgroundCompile:
     """A child process filling the compile caches; ``poll()`` says when it is done."""
 
     def __init__(self, cfg, device: torch.device, autocast_dtype, batch, run_dir: Path, *, threads: int):
-        """Starts the child; the caller logs it (with what sized it)."""
-        """``threads``: the intra-op thread count the run will execute the compiled
-        losses with. Inductor's CPU kernels specialise on it and its FX-graph cache
-        key holds it, so a child compiling at another count writes entries the run
-        never reads, and the run compiles everything again at the switch."""
+        """Starts the child; the caller logs it (with what sized it). ``threads``: the
+        intra-op thread count the run will execute the compiled losses with.
+        Inductor's CPU kernels specialise on it and its FX-graph cache key holds
+        it, so a child compiling at another count writes entries the run never
+        reads, and the run compiles everything again at the switch."""
         self.result_path = Path(run_dir) / RESULT_NAME
         self.result_path.unlink(missing_ok=True)
         self.started = time.perf_counter()
