@@ -9,10 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from helpers_unit import REPO_ROOT
+from tensordict import TensorDict
 
 from dreamer.data.collectors import seconds_per_agent_step
 from dreamer.system.cpus import cgroup_cpu_quota, collects_in_learner, cpu_budget, split_cores
+from dreamer.system.thread_gain import MAX_PROBE_SAMPLES, UPDATE_OVER_POLICY_PASS, update_thread_gain_s
 
 
 def _cgroup_v2(tmp_path: Path, cpu_max: str) -> tuple[Path, Path]:
@@ -92,6 +95,61 @@ def test_cheap_collection_on_a_cpu_learner_gives_the_learner_every_core():
     assert not collects_in_learner("cpu", 0.2)  # an env step slower than a worker's share of the learner
     assert not collects_in_learner("cpu", None)  # not measured: num_workers set
     assert not collects_in_learner("cuda", 0.002)  # a GPU learner overlaps collection in workers
+
+
+def test_collection_dearer_than_the_line_stays_in_the_learner_when_the_threads_save_an_update_more():
+    # 64x64 DMC pixels: ~44 ms of rendering and policy per update, against an update
+    # of over a second that a second thread shortens by far more.
+    assert collects_in_learner("cpu", 0.044, thread_gain_s=0.3)
+    assert not collects_in_learner("cpu", 0.2, thread_gain_s=0.1)  # the worker's parallel collection wins
+    assert collects_in_learner("cpu", 0.015, thread_gain_s=0.001)  # under the fixed line whatever the gain
+    assert not collects_in_learner("cuda", 0.044, thread_gain_s=0.3)
+
+
+class _ThreadBoundPolicy:
+    """A policy pass whose wall time divides by the intra-op threads, as a batched
+    conv encoder's nearly does; it records the batch sizes it saw."""
+
+    def __init__(self, one_thread_s: float):
+        self.one_thread_s, self.batches = one_thread_s, []
+
+    def __call__(self, td):
+        self.batches.append(td.shape[0])
+        time.sleep(self.one_thread_s / torch.get_num_threads())
+        return td
+
+
+def test_the_thread_gain_is_what_every_core_saves_a_pass_scaled_to_an_update():
+    policy = _ThreadBoundPolicy(one_thread_s=0.04)
+    step = TensorDict({"observation": torch.zeros(1, 3)}, batch_size=[1])
+    kept = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        gain = update_thread_gain_s(policy, step, samples=512, cores=2)
+        assert torch.get_num_threads() == 2  # left as found
+    finally:
+        torch.set_num_threads(kept)
+    # one pass: 40 ms on one thread, 20 on two; the probe runs 256 samples (its cap),
+    # an update 512, and repeats the pass's ops forward and backward (x3): 3 x 20 x 2.
+    assert gain == pytest.approx(UPDATE_OVER_POLICY_PASS * 0.02 * 512 / MAX_PROBE_SAMPLES, rel=0.25)
+    assert set(policy.batches) == {MAX_PROBE_SAMPLES}
+    assert update_thread_gain_s(policy, step, samples=512, cores=1) == 0.0  # one core: nothing to gain
+
+
+def test_the_gain_is_measured_only_where_it_decides():
+    from dreamer.config import Config
+    from dreamer.run.build import describe_collection, learner_thread_gain
+
+    cfg = Config()
+
+    def must_not_run(td):
+        raise AssertionError("probed although collection is under the fixed line")
+
+    assert learner_thread_gain(cfg, None, must_not_run, collect_s=0.005, cores=2) == 0.0
+    assert learner_thread_gain(cfg, None, must_not_run, collect_s=None, cores=2) == 0.0
+    line = describe_collection(cfg, 0.044, workers=0, thread_gain_s=0.3)
+    assert "44.0 ms <= an update's gain from the learner's threads, 300 ms: in the learner's process" in line
+    assert "31.0 ms > 20 ms: in worker processes" in describe_collection(cfg, 0.031, workers=1)
 
 
 def test_collection_cost_is_measured_on_the_env_and_policy_a_run_steps():

@@ -81,20 +81,25 @@ def cpu_budget(ranks_per_node: int = 1, *, root: Path = CGROUP_ROOT,
 
 
 # Collecting in the learner's own process pays while it costs an update less than
-# the learner thread a worker process would take. On a 2-core CPU a second
+# the learner threads a worker process would take save it. On a 2-core CPU a second
 # intra-op thread makes even the smallest CPU-scale update 1.14x faster (0.1 s:
-# ~14 ms saved; larger updates save more), while collecting one update's agent
-# steps costs ~2 ms on Pendulum states and ~10 ms on 64x64 Pendulum pixels.
-# Above this, workers collect in parallel (and keep the learner's share).
+# ~14 ms saved), while collecting one update's agent steps costs ~2 ms on Pendulum
+# states and ~10 ms on 64x64 Pendulum pixels: at or under this line every run
+# collects in the learner. Above it, a larger update's measured gain decides
+# (dreamer.system.thread_gain: 64x64 pixel updates save far more than 20 ms).
 IN_LEARNER_COLLECTION_MAX_S = 0.02
 
 
-def collects_in_learner(device_type: str, seconds_per_update: float | None) -> bool:
+def collects_in_learner(device_type: str, seconds_per_update: float | None, thread_gain_s: float = 0.0) -> bool:
     """Whether a run whose ``collector.num_workers`` is unset steps its env in the
     learner's process: on a CPU learner, when collecting the agent steps one update
-    owes (``seconds_per_update``, measured) is cheap. A GPU learner keeps workers:
-    its threads wait on the device, not on each other."""
-    return device_type == "cpu" and seconds_per_update is not None and seconds_per_update <= IN_LEARNER_COLLECTION_MAX_S
+    owes (``seconds_per_update``, measured) costs no more than the larger of
+    IN_LEARNER_COLLECTION_MAX_S and ``thread_gain_s`` (the seconds an update saves
+    on every core instead of one). A GPU learner keeps workers: its threads wait on
+    the device, not on each other."""
+    if device_type != "cpu" or seconds_per_update is None:
+        return False
+    return seconds_per_update <= max(IN_LEARNER_COLLECTION_MAX_S, thread_gain_s)
 
 
 def split_cores(cores: int, num_workers: int | None, threads: int | None, *,
