@@ -541,6 +541,14 @@ def test_bad_v3_keys_are_one_line_errors_naming_the_key(key, value, message):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("value", [-0.1, 1.0])
+def test_a_v1_slow_value_rate_outside_0_to_1_is_one_line_naming_the_key(value):
+    with pytest.raises(UserError) as err:
+        load_config({"algo": {"name": "dreamer_v1", "slow_value_tau": value}})
+    assert f"algo.slow_value_tau={value} must be in [0.0, 1.0)" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
 # -- model= size presets ---------------------------------------------------------
 
 

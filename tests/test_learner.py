@@ -168,8 +168,63 @@ def test_metrics_accumulator_means_over_the_interval():
     assert acc.flush() == {"a": 5.0, "b": 7.0}
 
 
-def test_learner_state_dict_round_trip_continues_identically(state_setup):
+def _params(module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in module.parameters()]
+
+
+def test_the_paper_v1_bootstraps_from_the_trained_critic_and_keeps_no_copy(state_setup):
+    cfg, env, _ = state_setup
+    learner = _learner(cfg, env)
+    assert cfg.algo.slow_value_tau == 0 and learner.slow_value is None
+    assert learner.actor_loss.value_model is learner.models.value
+    assert "slow_value" not in learner.state_dict()
+
+
+def test_a_slow_value_copy_is_what_returns_bootstrap_from_and_it_follows_the_critic(state_setup):
     cfg, env, batch = state_setup
+    cfg = copy.deepcopy(cfg)
+    cfg.algo.slow_value_tau = 0.25
+    learner = _learner(cfg, env)
+    critic, slow = learner.models.value, learner.slow_value
+    assert all(torch.equal(s, c) for s, c in zip(_params(slow), _params(critic)))  # starts as the critic
+    held = {id(p) for opt in learner.optimizers.values() for g in opt.param_groups for p in g["params"]}
+    assert not held & {id(p) for p in slow.parameters()}  # no optimiser steps it
+
+    # The actor's lambda-returns read the slow copy: shifting the copy's output moves
+    # the actor loss; shifting the trained critic's does not.
+    latent = learner.prepare(batch.clone())
+    latent = learner._world_model_phase(latent).out.detach()
+
+    def actor_loss() -> float:
+        torch.manual_seed(3)
+        return learner._actor_phase(latent.clone()).loss.item()
+
+    def shifted(module, by: float):
+        last_bias = [p for n, p in module.named_parameters() if n.endswith("bias")][-1]
+        with torch.no_grad():
+            last_bias += by
+
+    base = actor_loss()
+    shifted(critic, 10.0)
+    assert actor_loss() == pytest.approx(base)
+    shifted(critic, -10.0)
+    shifted(slow, 10.0)
+    assert actor_loss() != pytest.approx(base)
+    shifted(slow, -10.0)
+
+    # After an update the copy moves a quarter of the way to the critic, gradient-free.
+    slow_before = _params(slow)
+    learner.update(batch.clone())
+    for s, old, c in zip(_params(slow), slow_before, _params(critic)):
+        torch.testing.assert_close(s, old + 0.25 * (c - old))
+    assert all(p.grad is None for p in slow.parameters())
+
+
+@pytest.mark.parametrize("slow_value_tau", [0.0, 0.1])
+def test_learner_state_dict_round_trip_continues_identically(state_setup, slow_value_tau):
+    cfg, env, batch = state_setup
+    cfg = copy.deepcopy(cfg)
+    cfg.algo.slow_value_tau = slow_value_tau
     a = _learner(cfg, env, seed=1)
     a.update(batch.clone())
     b = _learner(cfg, env, seed=2)  # different initial weights
@@ -187,6 +242,21 @@ def test_learner_state_dict_round_trip_continues_identically(state_setup):
     b.update(batch.clone())
     for (n, pa), (_, pb) in zip(a.models.modules.named_parameters(), b.models.modules.named_parameters()):
         torch.testing.assert_close(pa, pb, msg=n)
+    if slow_value_tau:
+        for pa, pb in zip(a.slow_value.parameters(), b.slow_value.parameters()):
+            torch.testing.assert_close(pa, pb)
+
+
+def test_a_checkpoint_from_before_the_slow_copy_starts_it_at_the_critic(state_setup):
+    cfg, env, batch = state_setup
+    paper = _learner(cfg, env, seed=1)
+    paper.update(batch.clone())
+    cfg = copy.deepcopy(cfg)
+    cfg.algo.slow_value_tau = 0.1
+    resumed = _learner(cfg, env, seed=2)
+    resumed.load_state_dict(paper.state_dict())
+    for s, c in zip(resumed.slow_value.parameters(), paper.models.value.parameters()):
+        assert torch.equal(s, c)
 
 
 # -- host syncs ------------------------------------------------------------------
@@ -338,7 +408,8 @@ def test_exploration_policy_acts_in_dm_control_from_pixels():
         # The world model is single precision: what it reads back must be too.
         assert batch["action"].dtype == torch.float32
         assert batch["next", "reward"].dtype == torch.float32
-        learner = DreamerV1Learner(cfg.algo, cfg.compile, build_models(cfg.algo, cfg.env, env, CPU), CPU, **_batch_shape(cfg))
+        models = build_models(cfg.algo, cfg.env, env, CPU)
+        learner = DreamerV1Learner(cfg.algo, cfg.compile, models, CPU, **_batch_shape(cfg))
         learner.update(batch.clone())
         assert all(math.isfinite(v) for v in learner.flush_metrics().values())
     finally:

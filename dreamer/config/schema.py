@@ -91,6 +91,10 @@ class DreamerV1Config(AlgoConfig):
     kl_scale: float = 1.0
     free_nats: float = 3.0
     exploration_noise: float = 0.3
+    # 0: the paper's V1, whose lambda-returns bootstrap from the critic being
+    # trained. > 0: from a slow copy that moves this fraction toward the critic
+    # after every update (DreamerV2/V3's stabiliser; 0.02 is V3's rate).
+    slow_value_tau: float = 0.0
     # Conv encoder/decoder in NHWC memory (pixel tasks); same numbers, faster
     # convolutions (scripts/benchmark_learner.py, docs/PERFORMANCE.md).
     channels_last: bool = True

@@ -38,7 +38,7 @@ _ALGO_NON_NEGATIVE = {
 }
 _ALGO_EMA_RATES = {DreamerV3Config: ["slow_critic_tau", "return_norm_rate"]}
 # Fractions that must lie in [low, high).
-_ALGO_FRACTIONS = {DreamerV3Config: {"unimix": (0.0, 1.0)}}
+_ALGO_FRACTIONS = {DreamerV1Config: {"slow_value_tau": (0.0, 1.0)}, DreamerV3Config: {"unimix": (0.0, 1.0)}}
 
 
 # torch.compile modes that turn on CUDA graphs (torch._inductor.list_mode_options).

@@ -3,6 +3,8 @@ skip a non-finite step in the kernel (the skeleton: dreamer/algos/learner.py).""
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from tensordict import TensorDictBase
 from torchrl.objectives import DreamerActorLoss, DreamerModelLoss, DreamerValueLoss
@@ -53,8 +55,11 @@ class DreamerV1Learner(BaseLearner):
             models.world_model, lambda_kl=a.kl_scale, free_nats=a.free_nats
         )
         self.world_model_loss.set_keys(pixels=obs_key, reco_pixels="reco_" + obs_key)
+        # The critic the lambda-returns bootstrap from: the trained one (the paper),
+        # or a slow copy of it that no optimiser holds (algo.slow_value_tau > 0).
+        self.slow_value = copy.deepcopy(models.value).requires_grad_(False) if a.slow_value_tau > 0 else None
         self.actor_loss = DreamerActorLoss(
-            models.actor, models.value, models.model_based_env,
+            models.actor, models.value if self.slow_value is None else self.slow_value, models.model_based_env,
             imagination_horizon=a.imagination_horizon, discount_loss=True,
         )
         # time_dim=-2: DreamerActorLoss hands the estimator a batch-less tensordict
@@ -106,3 +111,18 @@ class DreamerV1Learner(BaseLearner):
     def _value_phase(self, batch: TensorDictBase, latent: TensorDictBase, imagined: TensorDictBase) -> PhaseOut:
         value_td, _ = self.loss_fns["value"](imagined)
         return PhaseOut(value_td["loss_value"], [value_td["loss_value"].squeeze()])
+
+    def _after_value_step(self) -> None:
+        if self.slow_value is not None:
+            with torch.no_grad():
+                slow = list(self.slow_value.parameters())
+                torch._foreach_lerp_(slow, list(self.models.value.parameters()), self.algo_cfg.slow_value_tau)
+
+    # -- checkpoint -----------------------------------------------------------
+    def _extra_state(self) -> dict:
+        return {} if self.slow_value is None else {"slow_value": self.slow_value.state_dict()}
+
+    def _load_extra_state(self, state: dict) -> None:
+        if self.slow_value is not None:
+            # A checkpoint saved without one (slow_value_tau was 0) starts it at the critic.
+            self.slow_value.load_state_dict(state.get("slow_value", self.models.value.state_dict()))
