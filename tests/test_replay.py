@@ -3,7 +3,9 @@ and that sampled sequences never cross trajectories or gaps."""
 
 from __future__ import annotations
 
+import os
 import random
+import threading
 
 import pytest
 import tensordict
@@ -23,6 +25,7 @@ from dreamer.data.replay import (
 )
 from dreamer.errors import UserError
 from torchrl_ext import PlainWriteReplayBuffer, SliceCursorWriter, StagedDeviceReplayBuffer
+from torchrl_ext.intra_op import use_one_intra_op_thread
 
 CPU = torch.device("cpu")
 
@@ -343,6 +346,48 @@ def test_sampled_sequences_stay_within_one_worker_and_are_consecutive(capacity, 
         future.result()
 
 
+def _threads_in_this_process() -> int:
+    return len(os.listdir(f"/proc/{os.getpid()}/task"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through Linux's /proc")
+def test_prefetch_threads_sample_a_large_storage_without_an_openmp_team_of_their_own():
+    """Past ATen's grain (32,768 steps) the sampler's scan over the storage runs in
+    parallel; a prefetch thread doing that with the learner's count starts OpenMP
+    workers of its own, and with more of them than cores the learner's team stops
+    spinning and slows (torchrl_ext/intra_op.py)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        _, rb = _pixel_buffer(capacity=50_000, batch_size=4, batch_length=8, prefetch=2)
+        for k in range(4):
+            write(rb, collector_batch(traj_id=k, first_step=0, steps=10_000, frame=8), "pixels")
+        torch.exp(torch.zeros(1_000_000))  # the main thread's own team exists before the count
+        before = _threads_in_this_process()
+        for _ in range(8):
+            rb.sample()
+        for future in tuple(rb._prefetch_queue):
+            future.result()
+        assert _threads_in_this_process() - before <= 2  # the two prefetch threads, no OpenMP worker of theirs
+        assert torch.get_num_threads() == 2  # the learner's count is untouched
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_one_intra_op_thread_is_the_calling_threads_alone():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    seen = []
+    try:
+        helper = threading.Thread(target=lambda: seen.append((use_one_intra_op_thread(), torch.get_num_threads())))
+        helper.start()
+        helper.join()
+        assert seen == [(True, 1)]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_sequences_never_start_in_one_episode_and_end_in_the_next():
     batch_size, batch_length = 4, 5
     _, rb = _pixel_buffer(capacity=500, batch_size=batch_size, batch_length=batch_length)
@@ -459,7 +504,8 @@ def pin_copies(monkeypatch):
     """Counts pin_memory() calls: each is a copy into the caching host allocator."""
     calls = []
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t, *a, **k: calls.append(t.shape) or t.clone())
-    monkeypatch.setattr(tensordict.TensorDictBase, "pin_memory", lambda td, *a, **k: calls.append(td.shape) or td.clone())
+    monkeypatch.setattr(tensordict.TensorDictBase, "pin_memory",
+                        lambda td, *a, **k: calls.append(td.shape) or td.clone())
     return calls
 
 

@@ -8,6 +8,7 @@ from torchrl_ext.device import module_to
 from torchrl_ext.dreamer_v3 import SyncFreeDreamerV3ValueLoss, replay_lambda_returns
 from torchrl_ext.host_memory import page_locked_like
 from torchrl_ext.imagination import FixedBoundsTanhNormal, NonTerminatingDreamerEnv, ScoreFunctionDreamerEnv
+from torchrl_ext.intra_op import use_one_intra_op_thread
 from torchrl_ext.obs_decoder import MatmulObsDecoder
 from torchrl_ext.optim import SkippableDreamerV3Optimizer
 from torchrl_ext.replay import (
@@ -45,5 +46,6 @@ __all__ = [
     "module_to",
     "eager_rollout_step",
     "page_locked_like",
+    "use_one_intra_op_thread",
     "replay_lambda_returns",
 ]

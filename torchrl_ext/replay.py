@@ -17,6 +17,7 @@ import collections
 import copy
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, is_tensor_collection
@@ -28,6 +29,7 @@ from torchrl.data.replay_buffers.writers import RoundRobinWriter
 from torchrl.envs.transforms._base import _CallableTransform
 
 from torchrl_ext.host_memory import page_locked_like
+from torchrl_ext.intra_op import use_one_intra_op_thread
 
 
 class SliceCursorWriter(RoundRobinWriter):
@@ -118,7 +120,21 @@ class PlainWriteReplayBuffer(TensorDictReplayBuffer):
     transform whose inverse changes the data (none, or only sample-side callables
     such as the move to a GPU learner) and no prioritized sampler neither has any
     effect, so this buffer skips them; otherwise it is upstream's ``extend`` unchanged.
+
+    Its prefetch threads run their torch ops on one intra-op thread each
+    (:func:`~torchrl_ext.intra_op.use_one_intra_op_thread`): sampling a large
+    storage in parallel there slowed the learner's own parallel ops.
     """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        if self._prefetch_cap:
+            # Upstream's pool has started no thread yet (threads start on the first submit).
+            self._prefetch_executor.shutdown(wait=False)
+            self._prefetch_executor = ThreadPoolExecutor(
+                max_workers=self._prefetch_cap, thread_name_prefix="replay-prefetch",
+                initializer=use_one_intra_op_thread,
+            )
 
     def extend(self, tensordicts: TensorDictBase, *, update_priority: bool | None = None) -> torch.Tensor:
         if self._delayed_init and not self.initialized:
