@@ -258,6 +258,18 @@ def _env(**extra: str) -> dict:
 
 
 QUIET = ("logger.progress_bar=false", "eval.video=false")
+
+
+def run_overrides() -> tuple[str, ...]:
+    """QUIET, and no open-loop videos where imageio-ffmpeg is missing: a lent machine may
+    lack it (its wheel is large to carry), and a run that would write videos without it
+    stops at its start, which would fail every run check here for want of a video."""
+    try:
+        import imageio_ffmpeg  # noqa: F401
+    except ImportError:
+        print("imageio-ffmpeg is not installed: the runs here write no videos (eval.openloop=false)", flush=True)
+        return (*QUIET, "eval.openloop=false")
+    return QUIET
 # time.monotonic() after which nothing new starts and runs in flight are cut (--budget-s).
 DEADLINE = math.inf
 
@@ -662,7 +674,7 @@ def cuda_state() -> tuple[int, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global DEADLINE
+    global DEADLINE, QUIET
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, help="write the results here (rewritten after every check)")
@@ -683,6 +695,9 @@ def main(argv: list[str] | None = None) -> int:
 
     gpus, why_not = cuda_state()
     import torch
+
+    if gpus and not args.cpu_only:
+        QUIET = run_overrides()
 
     machine = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpus": gpus,
                "gpu_name": torch.cuda.get_device_name(0) if gpus else None}

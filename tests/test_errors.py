@@ -115,3 +115,14 @@ def test_a_missing_optional_dependency_is_one_line_naming_the_extra(backend, mod
     assert exit_info.value.code == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"error: {module} is not installed (") and extra in lines[0], lines
+
+
+@pytest.mark.parametrize("videos", [["eval.video=true"], ["eval.video=false"]],
+                         ids=["eval video", "open-loop video alone"])
+def test_videos_without_imageio_ffmpeg_are_one_line_before_the_run_starts(videos, tmp_path, monkeypatch, capsys):
+    """Without the ffmpeg plugin the first evaluation's video would fail mid-run (on a GPU box
+    imageio picked tifffile for .mp4 and the smoke run died at its first evaluation)."""
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # `import imageio_ffmpeg` now raises ImportError
+    line = _one_line(["experiment=smoke", "compile=off", *videos], tmp_path, capsys)
+    assert "videos need imageio-ffmpeg" in line and "eval.video=false eval.openloop=false" in line, line
+    assert not list((tmp_path / "run").rglob("*.pt"))  # nothing of a run was written

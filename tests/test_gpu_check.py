@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from helpers_unit import REPO_ROOT, load_script
 
 SCRIPT = REPO_ROOT / "scripts" / "gpu_check.py"
@@ -79,3 +80,36 @@ def test_a_worker_is_judged_by_its_gpu_memory_not_by_a_driver_mapping():
         status, evidence = gpu_check.judge_contexts(learner, workers, maps, unlisted)
         assert status == "SKIP" and "/dev/nvidia0" in evidence
     assert gpu_check.judge_contexts(learner, [], maps, {100: 812})[0] == "FAIL"  # no workers found
+
+
+def test_without_imageio_ffmpeg_the_runs_still_start(monkeypatch, capsys):
+    """The second GPU run (2026-11-26) carried no imageio-ffmpeg: every smoke run died at its
+    first open-loop video. A run that would write videos without it now stops at its start,
+    so the script's runs write none there, and with it they keep the open-loop video."""
+    import hydra
+    from helpers_unit import CONF_DIR
+    from hydra.core.global_hydra import GlobalHydra
+
+    from dreamer.config import load_config, register_configs
+    from dreamer.errors import UserError
+    from dreamer.report.logger import check_video_writer
+    from dreamer.report.openloop import openloop_enabled
+
+    def writes_videos(overrides) -> bool:
+        register_configs()
+        GlobalHydra.instance().clear()
+        try:
+            with hydra.initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+                cfg = load_config(hydra.compose("config", overrides=["experiment=smoke", *overrides]))
+        finally:
+            GlobalHydra.instance().clear()
+        return cfg.eval.video or openloop_enabled(cfg.eval, cfg.env)
+
+    gpu_check = load_script("gpu_check")
+    assert gpu_check.run_overrides() == gpu_check.QUIET  # installed here: videos as usual
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # `import imageio_ffmpeg` now raises ImportError
+    with pytest.raises(UserError, match="videos need imageio-ffmpeg"):
+        check_video_writer(writes_videos(gpu_check.QUIET))  # what stopped every run
+    overrides = gpu_check.run_overrides()
+    assert "imageio-ffmpeg is not installed" in capsys.readouterr().out
+    check_video_writer(writes_videos(overrides))  # the runs start

@@ -150,3 +150,13 @@ def test_online_a_resume_from_a_checkpoint_must_reopen_its_run(tmp_path, monkeyp
     (tmp_path / "wandb_run.json").unlink()
     assert start(saved) == (run_id, "must")  # resumed from a checkpoint
     assert start({**saved, "mode": "offline"}) == (run_id, "allow")  # started offline: maybe never synced
+
+
+def test_a_video_is_an_mp4_whatever_other_imageio_writers_are_installed(tmp_path):
+    """By extension imageio may pick another installed writer for .mp4 (tifffile, where present:
+    the run then died on its arguments); the ffmpeg plugin is asked for by name."""
+    logger = _logger(tmp_path, backend="csv")
+    path = logger.log_video(torch.randint(0, 255, (6, 16, 16, 3), dtype=torch.uint8), "eval_video", 300)
+    logger.close()
+    assert path.name == "eval_video_0000000300.mp4"
+    assert path.read_bytes()[4:8] == b"ftyp"  # an ISO media (MP4) container, not a TIFF

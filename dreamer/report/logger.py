@@ -17,10 +17,24 @@ from torchrl.record.loggers import Logger, get_logger
 from torchrl.record.loggers.csv import CSVLogger
 
 from dreamer.config import LoggerConfig
+from dreamer.errors import UserError
 
 # {"run_id": ...}: the W&B run id of a run directory, from its first start on. Not
 # wandb's own wandb/wandb-resume.json: wandb deletes that one unless resume="auto".
 RUN_ID_FILE = "wandb_run.json"
+
+
+def check_video_writer(writes_videos: bool) -> None:
+    """Checked before a run starts: without imageio's ffmpeg plugin the first
+    evaluation's video would fail (or imageio would pick another writer for .mp4,
+    tifffile where installed, and fail on its arguments), long after the start."""
+    if not writes_videos:
+        return
+    try:
+        import imageio_ffmpeg  # noqa: F401
+    except ImportError:
+        raise UserError("videos need imageio-ffmpeg, which is not installed: pip install imageio-ffmpeg, "
+                        "or turn them off with eval.video=false eval.openloop=false") from None
 
 
 def _new_run_id() -> str:
@@ -181,7 +195,8 @@ class RunLogger:
 
         path = self.run_dir / "videos" / f"{tag}_{frames_seen:010d}.mp4"
         path.parent.mkdir(exist_ok=True)
-        imageio.mimwrite(path, frames.numpy(), fps=fps, macro_block_size=1)
+        # The ffmpeg plugin by name: by extension imageio may pick another installed writer.
+        imageio.mimwrite(path, frames.numpy(), format="FFMPEG", fps=fps, macro_block_size=1)
         if self._is_wandb():
             import wandb
 

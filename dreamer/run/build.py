@@ -19,7 +19,7 @@ from dreamer.data.supervisor import SupervisedCollector
 from dreamer.envs.factory import close_env, make_env, make_eval_env
 from dreamer.envs.rendering import configure_mujoco_gl
 from dreamer.report.console import quiet_worker
-from dreamer.report.logger import RunLogger
+from dreamer.report.logger import RunLogger, check_video_writer
 from dreamer.report.openloop import check_openloop_config, openloop_enabled
 from dreamer.run import resume
 from dreamer.run.background_compile import compiles_in_background
@@ -59,6 +59,7 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         run_dir = Path(run_dir)
         stopper.limit_time(started, cfg.train.max_minutes)
         check_openloop_config(cfg.eval, cfg.env, cfg.buffer.batch_length)
+        check_video_writer(ranks.is_main and (cfg.eval.video or openloop_enabled(cfg.eval, cfg.env)))
 
         device = distributed.rank_device(resolve_device(cfg.device), ranks)
         if ranks.enabled:  # every rank leaves the loop at the same update
