@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import time
 from collections import Counter
 from types import SimpleNamespace
 
@@ -386,3 +387,27 @@ def test_a_run_that_ends_before_learning_starts_reports_no_throughput(tmp_path):
     assert result.updates == 0 and calls["update"] == 0
     # Was frames / 1e-9 s (billions of frames/s) once the final eval's time exceeded the phase's.
     assert result.updates_per_s == 0.0 and result.frames_per_s == 0.0
+
+
+def test_each_record_rates_its_own_interval_so_a_slowdown_shows_at_once(tmp_path, monkeypatch):
+    """Updates 1-40 take no time, 41-60 take 20 ms each: the record at 60 says ~50 updates/s
+    for its interval while the cumulative rate still averages the fast start in (a run that
+    slowed after 14 minutes hid so in its cumulative figure)."""
+    run, calls = fake_run(tmp_path)
+    run.cadence.log_due = Every(20)
+    fast_update = run.learner.update
+
+    def slowing_update(sample):
+        fast_update(sample)
+        if calls["update"] > 40:
+            time.sleep(0.02)
+
+    monkeypatch.setattr(run.learner, "update", slowing_update)
+    Trainer(run).run()
+    records = {r["updates"]: r for r in run.logger.records if "updates_per_s_interval" in r}
+    assert sorted(records) == [20, 40, 60]
+    last = records[60]
+    assert 20 < last["updates_per_s_interval"] < 55  # 20 updates in >= 0.4 s
+    assert last["updates_per_s"] > 1.4 * last["updates_per_s_interval"]  # 60 updates in about the same time
+    assert records[20]["updates_per_s_interval"] > 200 and records[40]["updates_per_s_interval"] > 200
+    assert last["frames_per_s_interval"] == pytest.approx(last["updates_per_s_interval"])  # one update per step

@@ -52,6 +52,8 @@ class Trainer:
         # Throughput counts from the end of the warm-up (set there), eval time excluded.
         self.steady_start: float | None = None
         self.updates0, self.frames0 = run.counters.updates, run.counters.frames
+        # (clock, updates, frames, eval_s) at the last log record, for the interval rates.
+        self.last_rate_mark: tuple[float, int, int, float] | None = None
 
     def run(self) -> RunResult:
         r = self.r
@@ -268,6 +270,7 @@ class Trainer:
         record = {"frames": n.frames, "updates": n.updates}
         record.update(r.learner.flush_metrics())  # the one host sync of this interval
         record.update(self._rates())
+        record.update(self._interval_rates())
         record.update(self.episodes.flush())
         record["train_ratio_achieved"] = self._train_ratio_achieved()
         r.logger.log(record)
@@ -281,6 +284,19 @@ class Trainer:
         elapsed = max(time.perf_counter() - self.steady_start - n.timers["eval_s"], 1e-9)
         return {"updates_per_s": (n.updates - self.updates0) / elapsed,
                 "frames_per_s": (n.frames - self.frames0) / elapsed}
+
+    def _interval_rates(self) -> dict:
+        """Updates and frames per second since the last record (the warm-up's end for
+        the first), eval time excluded: a run slowing down shows here at once."""
+        n = self.r.counters
+        if self.steady_start is None:
+            return {}
+        now, eval_s = time.perf_counter(), n.timers["eval_s"]
+        clock0, updates0, frames0, eval0 = self.last_rate_mark or (self.steady_start, self.updates0, self.frames0, 0.0)
+        self.last_rate_mark = (now, n.updates, n.frames, eval_s)
+        interval = max(now - clock0 - (eval_s - eval0), 1e-9)
+        return {"updates_per_s_interval": (n.updates - updates0) / interval,
+                "frames_per_s_interval": (n.frames - frames0) / interval}
 
     def _train_ratio_achieved(self) -> float:
         """Replayed steps per agent step so far (host counters, no device sync):
