@@ -270,6 +270,8 @@ def run_overrides() -> tuple[str, ...]:
         print("imageio-ffmpeg is not installed: the runs here write no videos (eval.openloop=false)", flush=True)
         return (*QUIET, "eval.openloop=false")
     return QUIET
+
+
 # time.monotonic() after which nothing new starts and runs in flight are cut (--budget-s).
 DEADLINE = math.inf
 
