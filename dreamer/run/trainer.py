@@ -52,7 +52,8 @@ class Trainer:
         # Throughput counts from the end of the warm-up (set there), eval time excluded.
         self.steady_start: float | None = None
         self.updates0, self.frames0 = run.counters.updates, run.counters.frames
-        # (clock, updates, frames, eval_s) at the last log record, for the interval rates.
+        # (clock, updates, frames, eval_s) at the last log record (the warm-up's end before
+        # the first), for the interval rates.
         self.last_rate_mark: tuple[float, int, int, float] | None = None
 
     def run(self) -> RunResult:
@@ -175,6 +176,7 @@ class Trainer:
         self.warm = True
         self.steady_start, self.updates0, self.frames0 = time.perf_counter(), n.updates, n.frames
         n.timers["eval_s"] = 0.0
+        self.last_rate_mark = (self.steady_start, n.updates, n.frames, 0.0)
 
     def _start_background_compile(self, update_bytes: int) -> None:
         """The compile child, if it fits in memory beside this run (else the losses stay eager)."""
@@ -278,25 +280,26 @@ class Trainer:
 
     def _rates(self) -> dict:
         """Updates and frames per second since the warm-up, eval time excluded."""
-        n = self.r.counters
         if self.steady_start is None:  # learning never started: no steady phase to rate
             return {"updates_per_s": 0.0, "frames_per_s": 0.0}
-        elapsed = max(time.perf_counter() - self.steady_start - n.timers["eval_s"], 1e-9)
-        return {"updates_per_s": (n.updates - self.updates0) / elapsed,
-                "frames_per_s": (n.frames - self.frames0) / elapsed}
+        updates, frames = self._rates_since((self.steady_start, self.updates0, self.frames0, 0.0))
+        return {"updates_per_s": updates, "frames_per_s": frames}
 
     def _interval_rates(self) -> dict:
-        """Updates and frames per second since the last record (the warm-up's end for
-        the first), eval time excluded: a run slowing down shows here at once."""
-        n = self.r.counters
-        if self.steady_start is None:
+        """The same since the last record: a run slowing down shows here at once."""
+        if self.last_rate_mark is None:
             return {}
-        now, eval_s = time.perf_counter(), n.timers["eval_s"]
-        clock0, updates0, frames0, eval0 = self.last_rate_mark or (self.steady_start, self.updates0, self.frames0, 0.0)
-        self.last_rate_mark = (now, n.updates, n.frames, eval_s)
-        interval = max(now - clock0 - (eval_s - eval0), 1e-9)
-        return {"updates_per_s_interval": (n.updates - updates0) / interval,
-                "frames_per_s_interval": (n.frames - frames0) / interval}
+        n = self.r.counters
+        updates, frames = self._rates_since(self.last_rate_mark)
+        self.last_rate_mark = (time.perf_counter(), n.updates, n.frames, n.timers["eval_s"])
+        return {"updates_per_s_interval": updates, "frames_per_s_interval": frames}
+
+    def _rates_since(self, mark: tuple[float, int, int, float]) -> tuple[float, float]:
+        """(updates/s, frames/s) since ``mark`` = (clock, updates, frames, eval_s), eval time excluded."""
+        n = self.r.counters
+        clock0, updates0, frames0, eval0 = mark
+        elapsed = max(time.perf_counter() - clock0 - (n.timers["eval_s"] - eval0), 1e-9)
+        return (n.updates - updates0) / elapsed, (n.frames - frames0) / elapsed
 
     def _train_ratio_achieved(self) -> float:
         """Replayed steps per agent step so far (host counters, no device sync):
