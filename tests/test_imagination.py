@@ -102,3 +102,103 @@ def test_imagined_rollout_runs_the_whole_horizon_without_testing_done(monkeypatc
     monkeypatch.undo()
     assert imagined.shape == (4, 7)
     assert counter.total() == 0, counter.report()
+
+
+def _v3_models(discrete: bool):
+    from dreamer.algos.v3.models import build_models as build_v3_models
+
+    overrides = {"name": "CartPole-v1"} if discrete else {}
+    cfg = tiny_config(algo="dreamer_v3", **overrides)
+    env = make_env(cfg.env, cfg.algo, seed=0)
+    try:
+        torch.manual_seed(0)
+        models = build_v3_models(cfg.algo, cfg.env, env, torch.device("cpu"))
+    finally:
+        close_env(env)
+    with torch.no_grad():  # the reward head starts at zero (outscale 0): make every output count
+        for p in models.modules.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return models
+
+
+def _imagine(models, *, upstream: bool, grad: bool = False, steps: int = 6):
+    from torchrl.envs import DreamerEnv
+    from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+    env = models.model_based_env
+    g = torch.Generator().manual_seed(2)
+    start = env.fake_tensordict().expand(5).clone()
+    start.set("state", torch.randn(5, env.prior_shape[0], generator=g))
+    start.set("belief", torch.randn(5, env.belief_shape[0], generator=g))
+    rollout = DreamerEnv.rollout if upstream else type(env).rollout
+    torch.manual_seed(3)  # the policy's and the prior's samples
+    with set_exploration_type(ExplorationType.RANDOM), torch.set_grad_enabled(grad):
+        env.rollout_gradients = grad
+        return rollout(env, steps, policy=models.actor, auto_reset=False,
+                       tensordict=env.reset(start), break_when_any_done=False)
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_batched_reward_rollout_is_upstreams_rollout(discrete):
+    """Same keys, shapes and dtypes, the same random draws: every state, belief and
+    action equal bit for bit; rewards scored over the block equal to rounding."""
+    models = _v3_models(discrete)
+    ours, upstream = _imagine(models, upstream=False), _imagine(models, upstream=True)
+    keys = set(upstream.keys(True, True))
+    assert set(ours.keys(True, True)) == keys and ours.batch_size == upstream.batch_size == (5, 6)
+    assert upstream.get(("next", "reward")).abs().sum() > 0
+    for key in keys:
+        mine, theirs = ours.get(key), upstream.get(key)
+        assert mine.dtype == theirs.dtype and mine.shape == theirs.shape, key
+        if key == ("next", "reward"):
+            torch.testing.assert_close(mine, theirs)
+        else:
+            assert torch.equal(mine, theirs), key
+    assert not ours.get(("next", "done")).any()
+
+
+def test_batched_reward_rollout_keeps_pathwise_gradients():
+    """With dynamics gradients the rollout is differentiated through: the actor's,
+    prior's and reward head's gradients equal upstream's."""
+    models = _v3_models(discrete=False)
+    params = [p for n, p in models.modules.named_parameters() if n.startswith(("actor.", "prior.", "reward."))]
+    grads = []
+    for upstream in (True, False):
+        out = _imagine(models, upstream=upstream, grad=True)
+        objective = out.get(("next", "reward")).sum() + out.get(("next", "belief")).square().mean()
+        grads.append(torch.autograd.grad(objective, params))
+    assert all(g.abs().sum() > 0 for g in grads[0][:1])
+    for theirs, mine in zip(*grads):
+        # Gradients summed over the block round differently from per-step sums:
+        # equal to rounding at the gradient's own scale.
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5 * theirs.abs().max().item())
+
+
+def test_other_rollout_calls_take_upstreams_path(monkeypatch):
+    """Early stopping, auto-reset or a callback are upstream's to handle."""
+    from torchrl_ext import BatchedRewardDreamerEnv
+
+    models = _v3_models(discrete=False)
+    env = models.model_based_env
+    fast = CallCounter()
+    original = BatchedRewardDreamerEnv._batched_reward_rollout
+    monkeypatch.setattr(BatchedRewardDreamerEnv, "_batched_reward_rollout",
+                        lambda self, *a: (fast.record("fast"), original(self, *a))[1])
+    start = env.reset(env.fake_tensordict().expand(3).clone())
+    with torch.no_grad():
+        env.rollout(4, policy=models.actor, auto_reset=False, tensordict=start)  # break_when_any_done unset
+        env.rollout(4, policy=models.actor, auto_reset=False, tensordict=start, break_when_any_done=False,
+                    callback=lambda *_: None)
+        assert fast.total() == 0
+        env.rollout(4, policy=models.actor, auto_reset=False, tensordict=start, break_when_any_done=False)
+    assert fast.total("fast") == 1
+
+
+def test_v3_imagined_rollout_tests_no_tensor_in_python(monkeypatch):
+    models = _v3_models(discrete=False)
+    counter = CallCounter()
+    spy_tensor_methods(monkeypatch, PYTHON_TESTS_OF_TENSORS, counter)
+    imagined = _imagine(models, upstream=False)
+    monkeypatch.undo()
+    assert imagined.shape == (5, 6)
+    assert counter.total() == 0, counter.report()

@@ -7,7 +7,12 @@ from torchrl_ext.collectors import SchemeClosingMultiAsyncCollector
 from torchrl_ext.device import module_to
 from torchrl_ext.dreamer_v3 import SyncFreeDreamerV3ValueLoss, replay_lambda_returns
 from torchrl_ext.host_memory import page_locked_like
-from torchrl_ext.imagination import FixedBoundsTanhNormal, NonTerminatingDreamerEnv, ScoreFunctionDreamerEnv
+from torchrl_ext.imagination import (
+    BatchedRewardDreamerEnv,
+    FixedBoundsTanhNormal,
+    NonTerminatingDreamerEnv,
+    ScoreFunctionDreamerEnv,
+)
 from torchrl_ext.intra_op import use_one_intra_op_thread
 from torchrl_ext.obs_decoder import MatmulObsDecoder
 from torchrl_ext.optim import SkippableDreamerV3Optimizer
@@ -26,6 +31,7 @@ from torchrl_ext.weight_sync import (
 )
 
 __all__ = [
+    "BatchedRewardDreamerEnv",
     "CacheableRSSMPrior",
     "FixedBoundsTanhNormal",
     "LivenessCheckedSharedMemWeightSyncScheme",

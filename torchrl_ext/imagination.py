@@ -1,5 +1,6 @@
-"""Sync-free imagination: a Dreamer model env and a tanh-normal actor distribution
-that never test tensor values in Python.
+"""Imagination: Dreamer model envs and a tanh-normal actor distribution that
+never test tensor values in Python, and a fixed-horizon rollout without
+``EnvBase.step``'s per-step bookkeeping.
 
 On CUDA, ``if tensor:`` copies the tensor to the host and waits for the GPU;
 under ``torch.compile`` it is also a graph break. Two such tests ran inside every
@@ -17,6 +18,7 @@ Dreamer actor update upstream:
 from __future__ import annotations
 
 import torch
+from tensordict import TensorDict, TensorDictBase
 from torch import distributions as D
 from torchrl.envs import DreamerEnv
 from torchrl.modules import TanhNormal
@@ -40,6 +42,66 @@ class NonTerminatingDreamerEnv(DreamerEnv):
 
     def maybe_reset(self, tensordict):
         return tensordict
+
+
+class BatchedRewardDreamerEnv(DreamerEnv):
+    """A :class:`~torchrl.envs.DreamerEnv` whose fixed-horizon rollouts step only
+    the transition model and score rewards once, over the whole imagined block.
+
+    The reward model reads (state, belief) only, so nothing inside the loop
+    needs it: one call over ``[*batch, horizon]`` replaces ``horizon`` small
+    ones. The loop also skips ``EnvBase.step``'s per-step bookkeeping (spec
+    checks, ``step_mdp``, a clone and a select of the step's tensordict), which
+    at imagination sizes costs about as much as the networks. The output is
+    the tensordict ``EnvBase.rollout`` returns: the same keys, shapes, values
+    and random draws (the policy, then the transition, per step), the done
+    flags all False, as a model env without a done model gives.
+
+    The fast path takes the call Dreamer's actor losses make (a policy, a start
+    tensordict, ``auto_reset=False``, ``break_when_any_done=False``); any other
+    call runs upstream's rollout. ``world_model`` must be a
+    :class:`~torchrl.modules.WorldModelWrapper` (transition, then reward).
+    """
+
+    def rollout(self, max_steps: int, policy=None, callback=None, *, auto_reset: bool = True,
+                break_when_any_done: bool | None = None, tensordict: TensorDictBase | None = None, **kwargs):
+        if policy is None or tensordict is None or auto_reset or break_when_any_done is not False \
+                or callback is not None or kwargs:
+            return super().rollout(max_steps, policy, callback, auto_reset=auto_reset,
+                                   break_when_any_done=break_when_any_done, tensordict=tensordict, **kwargs)
+        return self._batched_reward_rollout(max_steps, policy, self.maybe_reset(tensordict))
+
+    def _batched_reward_rollout(self, max_steps: int, policy, start: TensorDictBase) -> TensorDictBase:
+        transition, reward_model = self.world_model[0], self.world_model[1]
+        state_keys = list(self.state_spec.keys())
+        done_keys = list(self.full_done_spec.keys())
+        batch, device = start.batch_size, self.device
+        # No done model: every imagined step's flags are False (what ``step`` fills in).
+        not_done = {key: self.full_done_spec[key].zero(batch) for key in done_keys}
+        latent = {key: start.get(key) for key in state_keys}
+        flags = {key: start.get(key, not_done[key]) for key in done_keys}
+        steps, nexts = [], []
+        for _ in range(max_steps):
+            step = policy(TensorDict({**latent, **flags}, batch_size=batch, device=device))
+            moved = transition(step.select(*transition.in_keys))
+            latent = {key: moved.get(key) for key in state_keys}
+            steps.append(step)
+            nexts.append(latent)
+            flags = not_done
+        time_dim = len(batch)
+        out = torch.stack(steps, time_dim)
+        next_td = TensorDict(
+            {key: torch.stack([n[key] for n in nexts], time_dim) for key in state_keys},
+            batch_size=out.batch_size, device=device,
+        )
+        reward_keys = list(self.full_reward_spec.keys())
+        scored = reward_model(next_td.select(*reward_model.in_keys))
+        for key in reward_keys:
+            next_td.set(key, scored.get(key))
+        for key in done_keys:
+            next_td.set(key, torch.stack([not_done[key]] * max_steps, time_dim))
+        out.set("next", next_td)
+        return out
 
 
 class ScoreFunctionDreamerEnv(DreamerEnv):

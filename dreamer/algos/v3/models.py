@@ -55,13 +55,18 @@ from dreamer.config import DreamerV3Config, EnvConfig
 from dreamer.data.transforms import PixelPreprocess
 from dreamer.envs.factory import is_discrete
 from dreamer.envs.keys import PIXELS_KEY, observation_key
-from torchrl_ext import ScoreFunctionDreamerEnv
+from torchrl_ext import BatchedRewardDreamerEnv, ScoreFunctionDreamerEnv
 
 # Image encoder stage widths (x encoder_channels): four stride-2 stages, 64 -> 4.
 IMAGE_MULTS = (2, 3, 4, 4)
 IMAGE_KERNEL = 5
 # The paper's bounds on the continuous actor's standard deviation.
 ACTOR_MIN_STD, ACTOR_MAX_STD = 0.1, 1.0
+
+
+class ImaginationEnv(ScoreFunctionDreamerEnv, BatchedRewardDreamerEnv):
+    """The actor loss's model env: imagined rollouts without autograd when the
+    actor loss is REINFORCE, rewards scored once over the imagined block."""
 
 
 class Symlog(nn.Module):
@@ -119,7 +124,7 @@ class ToEnvBounds(nn.Module):
 class DreamerV3Models(ActingPolicy):
     world_model: TensorDictSequential
     rollout: RSSMRolloutV3  # the world model's loop over time (its step may be compiled: compile.rssm_step)
-    model_based_env: ScoreFunctionDreamerEnv
+    model_based_env: ImaginationEnv
     actor: ProbabilisticTensorDictSequential
     value: TensorDictSequential
     continuation: TensorDictSequential
@@ -249,7 +254,7 @@ def build_models(algo_cfg: DreamerV3Config, env_cfg: EnvConfig, env: EnvBase, de
     )
 
     # The learner sets rollout_gradients=False for a REINFORCE actor loss.
-    model_based_env = ScoreFunctionDreamerEnv(
+    model_based_env = ImaginationEnv(
         world_model=WorldModelWrapper(
             TensorDictModule(
                 modules["prior"], in_keys=["state", "belief", "action"], out_keys=["_", "state", "belief"]
