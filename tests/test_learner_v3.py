@@ -21,6 +21,7 @@ from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
 from tensordict import TensorDict
 from torch._dynamo.utils import counters
 from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.objectives import DreamerV3ActorLoss
 
 from dreamer.algos.v3.learner import METRIC_NAMES, DreamerV3Learner
 from dreamer.algos.v3.models import build_models
@@ -28,6 +29,7 @@ from dreamer.config import validate
 from dreamer.data.replay import stored_keys
 from dreamer.envs.factory import make_env
 from dreamer.errors import UserError
+from torchrl_ext import OneCriticPassDreamerV3ActorLoss
 
 CPU = torch.device("cpu")
 PARTS = ("encoder", "decoder", "prior", "posterior", "reward", "continuation", "actor", "value")
@@ -323,6 +325,58 @@ def test_imagination_records_autograd_only_for_a_pathwise_actor_gradient(state_s
         td = learner._start_states(latent)
         traj = env_.rollout(3, learner.models.actor, auto_reset=False, tensordict=env_.reset(td.copy()))
     assert traj.get(("next", "state")).requires_grad is (actor_grad == "dynamics")
+
+
+def _reinforce_actor_and_value(learner, prepared, latent, *, upstream: bool):
+    """Both imagined phases with upstream's actor loss or ours, from the same return
+    statistics and draws: (metrics, lambda-returns, actor and value gradients, the
+    critic MLP's calls)."""
+    loss = learner.actor_loss
+    loss.__class__ = DreamerV3ActorLoss if upstream else OneCriticPassDreamerV3ActorLoss
+    retnorm = {k: v.clone() for k, v in loss.retnorm.state_dict().items()}
+    calls = CallCounter()
+    hook = learner.models.modules["value"].register_forward_hook(lambda *_: calls.record("critic"))
+    try:
+        torch.manual_seed(5)  # the policy's and the prior's samples
+        actor = learner._actor_phase(latent)
+        value = learner._value_phase(prepared, latent, actor.out)
+    finally:
+        hook.remove()
+        loss.__class__ = OneCriticPassDreamerV3ActorLoss
+        loss.retnorm.load_state_dict(retnorm)
+    params = [p for n, p in learner.models.modules.named_parameters() if n.startswith(("actor.", "value."))]
+    grads = torch.autograd.grad([actor.loss, value.loss], params, allow_unused=True)
+    return torch.stack([*actor.metrics, *value.metrics]).detach(), actor.out.get("lambda_target"), grads, calls
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_one_critic_pass_gives_upstreams_reinforce_losses_and_gradients(discrete):
+    """A REINFORCE update runs the critic once over the imagined states (upstream's
+    losses: three times) with upstream's losses, returns and gradients, to rounding."""
+    cfg, env, batch = _setup(name="CartPole-v1", action_repeat=1) if discrete else _setup()
+    try:
+        cfg.algo.actor_grad = "reinforce"
+        learner = _learner(cfg, env)
+    finally:
+        close_env(env)
+    assert learner.actor_loss.use_reinforce and learner.value_loss.slow_critic_regularization > 0
+    with torch.no_grad():  # value, reward heads start at zero (outscale 0): make every term count
+        for p in learner.models.modules.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+        for p in learner.value_loss.target_value_model_params.values(True, True):
+            p.add_(0.1 * torch.randn_like(p))  # a slow critic unlike the critic
+    prepared = learner.prepare(batch.clone())
+    latent = learner._world_model_phase(prepared).out.detach()
+    theirs = _reinforce_actor_and_value(learner, prepared, latent, upstream=True)
+    ours = _reinforce_actor_and_value(learner, prepared, latent, upstream=False)
+    assert theirs[1].abs().min() > 0 and theirs[0].abs().min() > 0  # every loss term is non-zero
+    torch.testing.assert_close(ours[0], theirs[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ours[1], theirs[1], rtol=1e-5, atol=1e-6)
+    assert sum(g is not None and g.abs().sum() > 0 for g in theirs[2]) == len(theirs[2])
+    for mine, upstream_grad in zip(ours[2], theirs[2]):
+        torch.testing.assert_close(mine, upstream_grad, rtol=1e-4, atol=1e-5 * upstream_grad.abs().max().item())
+    # Upstream: bootstraps, baseline, value loss, slow critic, replay (critic and slow).
+    assert (theirs[3].total(), ours[3].total()) == (6, 4), (theirs[3].report(), ours[3].report())
 
 
 def test_v3_compiled_losses_warm_up_without_touching_return_statistics(state_setup):

@@ -5,7 +5,11 @@ Nothing here imports ``dreamer``.
 
 from torchrl_ext.collectors import SchemeClosingMultiAsyncCollector
 from torchrl_ext.device import module_to
-from torchrl_ext.dreamer_v3 import SyncFreeDreamerV3ValueLoss, replay_lambda_returns
+from torchrl_ext.dreamer_v3 import (
+    OneCriticPassDreamerV3ActorLoss,
+    SyncFreeDreamerV3ValueLoss,
+    replay_lambda_returns,
+)
 from torchrl_ext.host_memory import page_locked_like
 from torchrl_ext.imagination import (
     BatchedRewardDreamerEnv,
@@ -38,6 +42,7 @@ __all__ = [
     "MatmulObsDecoder",
     "NonBlockingSharedMemWeightSyncScheme",
     "NonTerminatingDreamerEnv",
+    "OneCriticPassDreamerV3ActorLoss",
     "PinnedLazyTensorStorage",
     "PlainWriteReplayBuffer",
     "ReceiverDied",

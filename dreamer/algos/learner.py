@@ -212,10 +212,11 @@ class BaseLearner(abc.ABC):
         return device_clock(self.device) - start
 
     def _warmup_step(self, prepared: TensorDictBase, latent: TensorDictBase) -> None:
-        """One forward and backward of the actor and value losses, as ``update`` calls them."""
+        """One forward and backward of the actor and value losses, as ``update`` calls them:
+        one backward for both (V3's value loss may read critic logits the actor loss made)."""
         actor = self._actor_phase(latent)
-        actor.loss.backward()
-        self._value_phase(prepared, latent, actor.out).loss.backward()
+        value = self._value_phase(prepared, latent, actor.out)
+        torch.autograd.backward([actor.loss, value.loss])
 
     # -- update ---------------------------------------------------------------
     def _autocast(self):

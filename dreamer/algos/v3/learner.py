@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDictBase
-from torchrl.objectives import DreamerV3ActorLoss, DreamerV3ModelLoss, ValueEstimators
+from torchrl.objectives import DreamerV3ModelLoss, ValueEstimators
 from torchrl.objectives.utils import SoftUpdate
 
 from dreamer.algos.learner import BaseLearner, PhaseOut, param_groups
@@ -15,7 +15,7 @@ from dreamer.config import CompileConfig, DreamerV3Config
 from dreamer.envs.keys import PIXELS_KEY
 from dreamer.errors import UserError
 from dreamer.system.compile import rssm_step_compile_kwargs
-from torchrl_ext import SkippableDreamerV3Optimizer, SyncFreeDreamerV3ValueLoss
+from torchrl_ext import OneCriticPassDreamerV3ActorLoss, SkippableDreamerV3Optimizer, SyncFreeDreamerV3ValueLoss
 
 WORLD_MODEL_LOSSES = (
     "loss_model_dynamic", "loss_model_representation", "loss_model_reco",
@@ -71,7 +71,9 @@ class DreamerV3Learner(BaseLearner):
             num_reward_bins=a.num_bins,
         ).to(device)
         self.world_model_loss.set_keys(pixels=obs_key, reco_pixels="reco_" + obs_key)
-        self.actor_loss = DreamerV3ActorLoss(
+        # REINFORCE: one critic pass over the imagined states serves the returns,
+        # the baseline and the value loss (upstream's loss makes three).
+        self.actor_loss = OneCriticPassDreamerV3ActorLoss(
             models.actor, models.value, models.model_based_env,
             continuation_model=models.continuation,
             imagination_horizon=a.imagination_horizon,
