@@ -68,7 +68,7 @@ PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 CPU_CHECKS = [
     ("V1 update makes no host transfer (spy; states, pixels)",
      ["tests/test_learner.py::test_update_makes_no_host_transfer"]),
-    ("V3 update makes no host transfer (spy; states, pixels)",
+    ("V3 update makes no host transfer (spy; states, pixels; pathwise and REINFORCE actor)",
      ["tests/test_learner_v3.py::test_v3_update_makes_no_host_transfer"]),
     ("2 ranks: the stop vote adds no host transfer per update",
      ["tests/test_stopping.py::test_two_ranks_leave_together_with_no_host_transfer_between_votes"]),

@@ -132,9 +132,12 @@ def _optimizer_host_scalars(learner) -> set[int]:
     }
 
 
+@pytest.mark.parametrize("actor_grad", ["auto", "reinforce"])  # reinforce: the one-critic-pass losses
 @pytest.mark.parametrize("setup", ["state_setup", "pixel_setup"])
-def test_v3_update_makes_no_host_transfer(setup, request, monkeypatch):
+def test_v3_update_makes_no_host_transfer(setup, actor_grad, request, monkeypatch):
     cfg, env, batch = request.getfixturevalue(setup)
+    cfg = copy.deepcopy(cfg)
+    cfg.algo.actor_grad = actor_grad
     learner = _learner(cfg, env)
     learner.update(batch.clone())  # warm: optimiser state exists from here on
     host_scalars = _optimizer_host_scalars(learner)
@@ -147,8 +150,11 @@ def test_v3_update_makes_no_host_transfer(setup, request, monkeypatch):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_v3_cuda_update_is_sync_free(state_setup):
+@pytest.mark.parametrize("actor_grad", ["auto", "reinforce"])  # reinforce: the one-critic-pass losses
+def test_v3_cuda_update_is_sync_free(state_setup, actor_grad):
     cfg, env, batch = state_setup
+    cfg = copy.deepcopy(cfg)
+    cfg.algo.actor_grad = actor_grad
     device = torch.device("cuda")
     torch.manual_seed(0)
     learner = DreamerV3Learner(cfg.algo, cfg.compile, build_models(cfg.algo, cfg.env, env, device), device, **_batch_shape(cfg))

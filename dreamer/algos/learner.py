@@ -240,7 +240,10 @@ class BaseLearner(abc.ABC):
                 value = self._value_phase(batch, world_model.out, actor.out)
             # One backward for both: they share no parameter (each holds the other's
             # network out) and the value loss reads the rollout detached, so each
-            # gets exactly the gradients a backward of its own would give.
+            # gets exactly the gradients a backward of its own would give. V3's
+            # REINFORCE value loss reads critic logits the actor phase computed
+            # (OneCriticPassDreamerV3ActorLoss): inside one compiled graph, which
+            # only a single backward may run.
             (actor_grad, actor_inf), (value_grad, value_inf) = self._step({"actor": actor.loss, "value": value.loss})
             self._after_value_step()
         self.metrics.add(
