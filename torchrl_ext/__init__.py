@@ -26,7 +26,17 @@ from torchrl_ext.replay import (
     SliceCursorWriter,
     StagedDeviceReplayBuffer,
 )
-from torchrl_ext.rssm import CacheableRSSMPrior, SelectiveRSSMRollout, eager_rollout_step
+from torchrl_ext.rssm import (
+    CacheableRSSMPrior,
+    LeanRSSMRolloutV3,
+    PriorTransition,
+    SelectiveRSSMRollout,
+    SplitInputBlockGRU,
+    class_softmax,
+    eager_rollout_step,
+    split_block_gru_inputs,
+    straight_through_categorical,
+)
 from torchrl_ext.tensordict_fast_path import install_from_any_fast_path
 from torchrl_ext.weight_sync import (
     LivenessCheckedSharedMemWeightSyncScheme,
@@ -38,12 +48,14 @@ __all__ = [
     "BatchedRewardDreamerEnv",
     "CacheableRSSMPrior",
     "FixedBoundsTanhNormal",
+    "LeanRSSMRolloutV3",
     "LivenessCheckedSharedMemWeightSyncScheme",
     "MatmulObsDecoder",
     "NonBlockingSharedMemWeightSyncScheme",
     "NonTerminatingDreamerEnv",
     "OneCriticPassDreamerV3ActorLoss",
     "PinnedLazyTensorStorage",
+    "PriorTransition",
     "PlainWriteReplayBuffer",
     "ReceiverDied",
     "SchemeClosingMultiAsyncCollector",
@@ -51,6 +63,7 @@ __all__ = [
     "SelectiveRSSMRollout",
     "SkippableDreamerV3Optimizer",
     "SliceCursorWriter",
+    "SplitInputBlockGRU",
     "StagedDeviceReplayBuffer",
     "SyncFreeDreamerV3ValueLoss",
     "install_from_any_fast_path",
@@ -59,4 +72,7 @@ __all__ = [
     "page_locked_like",
     "use_one_intra_op_thread",
     "replay_lambda_returns",
+    "split_block_gru_inputs",
+    "straight_through_categorical",
+    "class_softmax",
 ]

@@ -43,7 +43,6 @@ from torchrl.modules import (
     DreamerV3MLP,
     RSSMPosteriorV3,
     RSSMPriorV3,
-    RSSMRolloutV3,
     SymExpTwoHot,
     WorldModelWrapper,
 )
@@ -55,7 +54,13 @@ from dreamer.config import DreamerV3Config, EnvConfig
 from dreamer.data.transforms import PixelPreprocess
 from dreamer.envs.factory import is_discrete
 from dreamer.envs.keys import PIXELS_KEY, observation_key
-from torchrl_ext import BatchedRewardDreamerEnv, ScoreFunctionDreamerEnv
+from torchrl_ext import (
+    BatchedRewardDreamerEnv,
+    LeanRSSMRolloutV3,
+    PriorTransition,
+    ScoreFunctionDreamerEnv,
+    split_block_gru_inputs,
+)
 
 # Image encoder stage widths (x encoder_channels): four stride-2 stages, 64 -> 4.
 IMAGE_MULTS = (2, 3, 4, 4)
@@ -123,7 +128,7 @@ class ToEnvBounds(nn.Module):
 @dataclass
 class DreamerV3Models(ActingPolicy):
     world_model: TensorDictSequential
-    rollout: RSSMRolloutV3  # the world model's loop over time (its step may be compiled: compile.rssm_step)
+    rollout: LeanRSSMRolloutV3  # the world model's loop over time (its step may be compiled: compile.rssm_step)
     model_based_env: ImaginationEnv
     actor: ProbabilisticTensorDictSequential
     value: TensorDictSequential
@@ -197,12 +202,13 @@ def build_models(algo_cfg: DreamerV3Config, env_cfg: EnvConfig, env: EnvBase, de
         modules["encoder"] = nn.Sequential(Symlog(), _mlp(a, obs_dim, None, device))
         modules["decoder"] = VectorDecoderV3(_mlp(a, latent, obs_dim, device))
 
-    modules["prior"] = RSSMPriorV3(
+    # The block GRU's forward that skips repeating the features per block (same weights).
+    modules["prior"] = split_block_gru_inputs(RSSMPriorV3(
         action_shape=torch.Size([action_dim]), action_dim=action_dim, hidden_dim=a.hidden_dim,
         rnn_hidden_dim=a.rssm_hidden_dim, num_categoricals=a.num_categoricals,
         num_classes=a.num_classes, unimix=a.unimix, device=device,
         recurrent_model="block_gru" if a.gru_blocks > 1 else "gru", num_blocks=a.gru_blocks,
-    )
+    ))
     modules["posterior"] = RSSMPosteriorV3(
         hidden_dim=a.hidden_dim, num_categoricals=a.num_categoricals, num_classes=a.num_classes,
         rnn_hidden_dim=a.rssm_hidden_dim, obs_embed_dim=embed_dim, use_rms_norm=True,
@@ -231,7 +237,7 @@ def build_models(algo_cfg: DreamerV3Config, env_cfg: EnvConfig, env: EnvBase, de
             ),
         )
 
-    rollout = RSSMRolloutV3(
+    rollout = LeanRSSMRolloutV3(
         TensorDictModule(
             modules["prior"], in_keys=["state", "belief", "action"],
             out_keys=[("next", "prior_logits"), ("next", "state"), ("next", "belief")],
@@ -248,16 +254,18 @@ def build_models(algo_cfg: DreamerV3Config, env_cfg: EnvConfig, env: EnvBase, de
         TensorDictModule(modules["encoder"], in_keys=[("next", obs_key)], out_keys=[("next", "encoded_latents")]),
         rollout,
         TensorDictModule(modules["decoder"], in_keys=latent_next, out_keys=[("next", "reco_" + obs_key)]),
+        # Reward logits only: the loss reads them, nothing reads a decoded reward here.
         TensorDictModule(modules["reward"], in_keys=latent_next, out_keys=[("next", "reward_logits")]),
-        TensorDictModule(two_hot, in_keys=[("next", "reward_logits")], out_keys=[("next", "reward")]),
         TensorDictModule(modules["continuation"], in_keys=latent_next, out_keys=[("next", "continue_pred")]),
     )
 
     # The learner sets rollout_gradients=False for a REINFORCE actor loss.
     model_based_env = ImaginationEnv(
         world_model=WorldModelWrapper(
+            # The prior's step with a categorical sampler that stays fast for few classes.
             TensorDictModule(
-                modules["prior"], in_keys=["state", "belief", "action"], out_keys=["_", "state", "belief"]
+                PriorTransition(modules["prior"]), in_keys=["state", "belief", "action"],
+                out_keys=["_", "state", "belief"],
             ),
             TensorDictSequential(
                 TensorDictModule(modules["reward"], in_keys=["state", "belief"], out_keys=["reward_logits"]),
