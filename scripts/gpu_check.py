@@ -135,6 +135,9 @@ CUDA_TESTS = [
     ("NaN reward on CUDA: step skipped, counted, weights unchanged (V1, V3)",
      ["tests/test_nonfinite.py::test_a_nan_reward_skips_the_world_model_step_counts_it_and_leaves_its_weights"
       f"[{algo}-cuda]" for algo in ("dreamer_v1", "dreamer_v3")]),
+    ("V3 RSSM forwards on CUDA (split-input block GRU, categorical sampler) match upstream's, fp32 and bf16",
+     [f"tests/test_rssm_v3.py::test_split_block_gru_and_sampler_on_cuda_match_upstream[{autocast}]"
+      for autocast in (False, True)]),
     ("pixel transforms on CUDA match the CPU's",
      ["tests/test_transforms.py::test_pixel_preprocess_cuda_matches_cpu"]),
     ("background compile sized on CUDA: the allocator's peak, the GPU's free memory",

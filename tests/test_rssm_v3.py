@@ -212,3 +212,22 @@ def test_prior_transition_is_the_priors_forward_with_the_same_random_draws():
     for ours, upstream in zip(*outputs):
         torch.testing.assert_close(ours, upstream, rtol=1e-6, atol=1e-7)
     assert torch.equal(outputs[0][1], outputs[1][1])  # the sampled one-hot states
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("autocast", [False, True])
+def test_split_block_gru_and_sampler_on_cuda_match_upstream(autocast):
+    ours, upstream = (gru.cuda() for gru in _block_grus(1))
+    state, belief, action = (x.detach().cuda() for x in _gru_inputs((64,)))
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        beliefs = [gru(state, belief, action) for gru in (ours, upstream)]
+    assert beliefs[0].dtype == beliefs[1].dtype and beliefs[0].is_cuda
+    tolerance = 0.05 if autocast else 1e-5
+    torch.testing.assert_close(beliefs[0].float(), beliefs[1].float(), rtol=tolerance, atol=tolerance)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    logits = torch.randn(256, 32, 4, device="cuda", generator=g) * 2
+    uniform = torch.rand(256, 32, device="cuda", generator=g)
+    ours_sample = straight_through_categorical(logits, 0.01, uniform)
+    upstream_sample = _straight_through_categorical(logits, 0.01, uniform)
+    assert torch.equal(ours_sample.round(), upstream_sample.round())
+    torch.testing.assert_close(ours_sample, upstream_sample, rtol=1e-6, atol=1e-6)
