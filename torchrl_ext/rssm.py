@@ -33,7 +33,7 @@ dimension: ``class_softmax`` takes it there (same values to rounding).
 ``LeanRSSMRolloutV3``: TorchRL's ``RSSMRolloutV3`` loop samples a state from
 the prior logits at every step and throws it away. Its uniforms are drawn up
 front, so the throw-away sample moves no random stream; this subclass skips it
-(same outputs, bit for bit).
+(same draws; its posterior sample is ``straight_through_categorical``'s).
 
 ``SplitInputBlockGRU``: the DreamerV3 block GRU feeds every block its own slice
 of the belief next to the whole projected (belief, state, action) feature
