@@ -164,12 +164,6 @@ class LeanRSSMRolloutV3(RSSMRolloutV3):
         return tuple(torch.stack(column, -3 if i in (3, 4) else -2) for i, column in enumerate(columns))
 
 
-def _rms_norm_in_float32(value: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
-    # Upstream's DreamerV3 norm: float32 statistics whatever the activation dtype.
-    normed = F.rms_norm(value.float(), (value.shape[-1],), None, eps)
-    return (normed if weight is None else normed * weight.float()).to(value.dtype)
-
-
 class SplitInputBlockGRU(_DreamerV3BlockGRU):
     """Upstream's ``_DreamerV3BlockGRU`` (same parameters and state dict) with a
     cheaper forward; see the module docstring. Turn one into it with
@@ -195,9 +189,11 @@ class SplitInputBlockGRU(_DreamerV3BlockGRU):
         projections = (self.belief_projection, self.state_projection, self.action_projection)
         linear = torch.cat([p[0](x) for p, x in zip(projections, (belief, state, action))], -1)
         norms = [p[1] for p in projections]
-        scales = torch.stack([n.weight for n in norms])  # (3, hidden)
-        normed = _rms_norm_in_float32(linear.unflatten(-1, (3, -1)), scales, norms[0].eps)
-        return F.silu(normed).flatten(-2)
+        scales = torch.stack([n.weight for n in norms]).float()  # (3, hidden)
+        grouped = linear.unflatten(-1, (3, -1))
+        # As upstream's DreamerV3 norm: float32 statistics whatever the activation dtype.
+        normed = F.rms_norm(grouped.float(), (grouped.shape[-1],), None, norms[0].eps) * scales
+        return F.silu(normed.to(linear.dtype)).flatten(-2)
 
     def _first_block_linear(self, layer: _DreamerV3BlockLinear, belief: torch.Tensor,
                             features: torch.Tensor) -> torch.Tensor:
