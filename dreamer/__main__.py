@@ -19,6 +19,7 @@ from dreamer.errors import UserError
 from dreamer.report.console import VERBOSE_ENV, quiet_logging
 from dreamer.run.stopping import under_requeueing_scheduler
 from dreamer.system import distributed
+from torchrl_ext.tensordict_fast_path import install_from_any_fast_path
 
 if TYPE_CHECKING:
     from dreamer.run.result import RunResult
@@ -65,6 +66,9 @@ def main(dict_cfg: DictConfig) -> RunResult:
     import torch.multiprocessing as mp
     from hydra.core.hydra_config import HydraConfig
 
+    # Module outputs skip tensordict's per-call package search (torchrl_ext/tensordict_fast_path.py);
+    # here rather than on import, so only the processes that train are patched (workers: make_collector).
+    install_from_any_fast_path()
     # Workers must start clean: spawn, never fork (fork would copy any
     # compiler / CUDA state the parent has).
     mp.set_start_method("spawn", force=True)

@@ -156,7 +156,10 @@ def _ms(us: float) -> str:
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)] if rows else [len(h) for h in headers]
-    line = lambda cells: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    def line(cells) -> str:
+        return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
@@ -167,7 +170,8 @@ def report(s: Summary, top: int = 20) -> str:
     rows = [[n, _ms(st.total_us), _ms(st.total_us / st.calls), st.calls] for n, st in sorted(s.ranges.items())]
     parts.append("Named ranges\n" + (_table(["range", "total ms", "mean ms", "calls"], rows) if rows else "(none)"))
     rows = [[k, _ms(st.total_us), st.calls] for k, st in sorted(s.memcpy.items())]
-    parts.append("Copies\n" + (_table(["copy", "total ms", "count"], rows) if rows else "Memcpy HtoD / DtoH: none (CPU-only trace)"))
+    copies = _table(["copy", "total ms", "count"], rows) if rows else "Memcpy HtoD / DtoH: none (CPU-only trace)"
+    parts.append("Copies\n" + copies)
     ranked = sorted(s.self_time.items(), key=lambda kv: kv[1].total_us, reverse=True)[:top]
     rows = [[n[:70], _ms(st.total_us), st.calls] for n, st in ranked]
     parts.append(f"Top {top} ops by self time\n" + _table(["op", "self ms", "calls"], rows))

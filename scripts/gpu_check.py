@@ -6,8 +6,9 @@
     python scripts/gpu_check.py --gpu-only --quick --budget-s 540 --pytest-workers 8
                                                  # a lent GPU for minutes: the GPU checks, most telling first
 
-Every machine runs the CPU-provable subset: tests (run by pytest node id) that
-prove each fix of the CUDA path on the CPU, with CUDA stood in for where the
+Every machine runs the CPU-provable subset: the tests marked
+``@pytest.mark.gpu_acceptance(CHECK)`` (one report line per CHECK; the names are in
+tests/support/gpu_checks.py), which prove each fix of the CUDA path on the CPU, with CUDA stood in for where the
 path needs it: no host transfer inside V1/V3 updates (also with two ranks
 voting), checkpoint -> resume on CPU and a GPU-shaped checkpoint (8 CUDA RNG
 states) where fewer GPUs are visible, a NaN reward skipped, counted and
@@ -20,7 +21,7 @@ worker and thread counts from affinity / quota / ranks, one-line CUDA errors.
 Without CUDA it says so in one line, lists the GPU checks as SKIP, and exits 0
 when the subset passes. With CUDA it also runs:
 
-- the CUDA-only tests: sync-debug "error" mode around compiled V1 and V3
+- the CUDA-only tests (``@pytest.mark.cuda(CHECK)``): sync-debug "error" mode around compiled V1 and V3
   updates (states and pixels, bf16 autocast where native, no re-trace after
   warm-up), replay sampling and weight pushes without a sync, NaN reward on
   CUDA, pixel transforms on CUDA;
@@ -61,88 +62,10 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from analyze_trace import iter_events
+
 REPO = Path(__file__).resolve().parents[1]
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
-
-# (check, pytest node ids): the CPU-provable subset.
-CPU_CHECKS = [
-    ("V1 update makes no host transfer (spy; states, pixels)",
-     ["tests/test_learner.py::test_update_makes_no_host_transfer"]),
-    ("V3 update makes no host transfer (spy; states, pixels; pathwise and REINFORCE actor)",
-     ["tests/test_learner_v3.py::test_v3_update_makes_no_host_transfer"]),
-    ("2 ranks: the stop vote adds no host transfer per update",
-     ["tests/test_stopping.py::test_two_ranks_leave_together_with_no_host_transfer_between_votes"]),
-    ("checkpoint -> resume on CPU; a GPU-shaped checkpoint (8 CUDA RNG states) resumes",
-     ["tests/test_checkpoint.py::test_rng_state_survives_a_checkpoint",
-      "tests/test_checkpoint.py::test_a_checkpoint_from_an_8_gpu_job_resumes_where_fewer_are_visible",
-      "tests/test_learner.py::test_learner_state_dict_round_trip_continues_identically",
-      "tests/test_resume.py::test_a_requeued_run_may_land_on_other_hardware"]),
-    ("NaN reward: step skipped, counted, weights unchanged (V1, V3)",
-     ["tests/test_nonfinite.py::test_a_nan_reward_skips_the_world_model_step_counts_it_and_leaves_its_weights"
-      f"[{algo}-cpu]" for algo in ("dreamer_v1", "dreamer_v3")]),
-    ("workers' policy tensors all on the collector device (V1, V3; states, pixels)",
-     ["tests/test_collectors.py::test_what_workers_receive_holds_no_tensor_off_the_collector_device"]),
-    ("replay: page-locked exactly; staged gather, side stream + event (CUDA stood in for)",
-     ["tests/test_replay.py::test_pinned_storage_locks_exactly_its_bytes_in_place",
-      "tests/test_replay.py::test_a_restored_pinned_replay_is_page_locked_again",
-      "tests/test_replay.py::test_a_gpu_learner_gets_the_samples_upstream_would_give",
-      "tests/test_replay.py::test_staged_sampling_gathers_into_reused_staging_batches_and_waits_on_events_not_the_host",
-      "tests/test_replay.py::test_with_prefetch_threads_no_staged_batch_is_overwritten_before_its_copy",
-      "tests/test_replay.py::test_a_staged_replay_checkpoints_its_prefetched_batches_without_events",
-      "tests/test_replay.py::test_prefetch_threads_sample_a_large_storage_without_an_openmp_team_of_their_own"]),
-    ("replay size checked per node, against cgroup memory limits and VRAM",
-     ["tests/test_replay.py::test_check_capacity_counts_every_learner_on_the_node_against_the_cgroup_limit",
-      "tests/test_replay.py::test_check_capacity_of_storage_on_a_gpu_is_against_its_free_memory",
-      "tests/test_memory.py::test_a_job_cgroup_limit_above_the_process_cgroup_counts",
-      "tests/test_memory.py::test_available_host_memory_is_the_smaller_of_free_ram_and_the_cgroup_headroom"]),
-    ("weight push to workers never waits (staged copy + event, deferred publish)",
-     ["tests/test_collectors.py::test_a_weight_push_publishes_without_waiting_and_defers_while_workers_are_busy",
-      "tests/test_collectors.py::test_a_gpu_learners_push_copies_on_its_stream_and_publishes_after_the_event",
-      "tests/test_collectors.py::test_a_worker_dead_before_acknowledging_is_reported_not_waited_for"]),
-    ("workers and threads from CPU affinity, cgroup quota, ranks per node",
-     ["tests/test_cpus.py"]),
-    ("device=cuda mistakes are one line; autocast picks native bf16 only; TF32 / cudnn settings",
-     ["tests/test_device.py::test_cuda_on_a_cpu_only_torch_is_one_line",
-      "tests/test_device.py::test_cuda_without_a_visible_gpu_is_one_line",
-      "tests/test_device.py::test_a_cuda_index_past_the_last_gpu_is_one_line",
-      "tests/test_device.py::test_auto_autocast_never_picks_emulated_bf16",
-      "tests/test_device.py::test_cuda_math_settings_on_cuda_and_the_key_that_turns_them_off",
-      "tests/test_device.py::test_a_fixed_gpu_index_under_torchrun_is_refused"]),
-    ("CUDA graphs only on the explicit ask; collectors on CUDA refused",
-     ["tests/test_config.py::test_a_compile_mode_that_brings_cuda_graphs_needs_the_explicit_ask",
-      "tests/test_config.py::test_the_cuda_graph_modes_are_the_ones_torch_says_bring_cuda_graphs",
-      "tests/test_config.py::test_collectors_on_cuda_are_refused_in_one_line"]),
-    ("MUJOCO_GL probed in order; each rank renders on its own GPU under EGL",
-     ["tests/test_rendering.py::test_egl_is_used_headless_when_it_renders",
-      "tests/test_rendering.py::test_osmesa_is_the_fallback_when_egl_does_not_render",
-      "tests/test_rendering.py::test_each_rank_renders_on_its_own_gpu_under_egl"]),
-    ("timing waits for CUDA work (device clock)",
-     ["tests/test_timing.py"]),
-]
-
-# (check, pytest node ids) that need CUDA: each skips with a reason elsewhere.
-CUDA_TESTS = [
-    ("compiled V1/V3 updates on CUDA: no sync (sync-debug error), no re-trace, bf16 where native",
-     ["tests/test_device.py::test_compiled_updates_on_cuda_never_sync_and_never_trace_again"]),
-    ("eager V1/V3 updates on CUDA: no sync (sync-debug error)",
-     ["tests/test_learner.py::test_cuda_update_is_sync_free",
-      "tests/test_learner_v3.py::test_v3_cuda_update_is_sync_free"]),
-    ("replay on CUDA: pinned storage, staged samples equal upstream's, no sync",
-     ["tests/test_replay.py::test_page_locked_memory_is_pinned_for_cuda_and_copies_asynchronously",
-      "tests/test_replay.py::test_on_a_gpu_samples_match_upstream_and_sampling_never_syncs"]),
-    ("weight push from CUDA: no sync, the weights of its moment",
-     ["tests/test_collectors.py::test_a_gpu_learners_weight_push_never_syncs_and_delivers_the_weights_of_its_moment"]),
-    ("NaN reward on CUDA: step skipped, counted, weights unchanged (V1, V3)",
-     ["tests/test_nonfinite.py::test_a_nan_reward_skips_the_world_model_step_counts_it_and_leaves_its_weights"
-      f"[{algo}-cuda]" for algo in ("dreamer_v1", "dreamer_v3")]),
-    ("V3 RSSM forwards on CUDA (split-input block GRU, categorical sampler) match upstream's, fp32 and bf16",
-     [f"tests/test_rssm_v3.py::test_split_block_gru_and_sampler_on_cuda_match_upstream[{autocast}]"
-      for autocast in (False, True)]),
-    ("pixel transforms on CUDA match the CPU's",
-     ["tests/test_transforms.py::test_pixel_preprocess_cuda_matches_cpu"]),
-    ("background compile sized on CUDA: the allocator's peak, the GPU's free memory",
-     ["tests/test_background_compile.py::test_on_a_gpu_the_child_is_sized_by_the_allocators_peak_and_the_gpus_free_memory"]),
-]
 
 PAGE_LOCKED = "page-locked replay memory: resident bytes = replay size (no power-of-two rounding)"
 SMOKE_CONTEXTS = "smoke on CUDA, 2 workers: only the learner holds a CUDA context"
@@ -171,6 +94,23 @@ def _print(result: Result) -> None:
 
 
 # -- pytest -----------------------------------------------------------------------
+
+
+def collect_checks(marker: str) -> list[tuple[str, list[str]]]:
+    """(check, node ids) of the tests marked ``marker`` (gpu_acceptance or cuda), in collection order:
+    pytest collects them and tests/conftest.py names each one's check."""
+    with tempfile.TemporaryDirectory(prefix="gpu_check_collect_") as tmp:
+        listing = Path(tmp) / "checks.json"
+        proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                               "-m", marker, f"--gpu-checks-json={listing}"], cwd=REPO, capture_output=True,
+                              text=True, env=_env(), stdin=subprocess.DEVNULL)
+        if not listing.exists():
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
+            raise SystemExit(f"error: pytest could not collect the {marker} tests: {' | '.join(tail)}")
+        checks: dict[str, list[str]] = {}
+        for entry in json.loads(listing.read_text()):
+            checks.setdefault(entry["check"], []).append(entry["nodeid"])
+    return list(checks.items())
 
 
 def _junit_outcomes(path: Path) -> dict[str, tuple[str, str]]:
@@ -561,9 +501,6 @@ def check_v3_pixels(workdir: Path, results: dict) -> Result:
 
 
 def check_profiled_window(workdir: Path) -> Result:
-    sys.path.insert(0, str(REPO / "scripts"))
-    from analyze_trace import iter_events
-
     run_dir = workdir / "smoke_profiled"
     traces = workdir / "traces"
     try:
@@ -729,21 +666,22 @@ def main(argv: list[str] | None = None) -> int:
     # A fresh directory per invocation: a run refuses a directory holding another run's checkpoints.
     workdir = Path(workdir_context.name) if workdir_context else args.keep / time.strftime("%Y%m%d-%H%M%S")
     workdir.mkdir(parents=True, exist_ok=True)
+    cpu_checks, cuda_tests = collect_checks("gpu_acceptance"), collect_checks("cuda")
     try:
         if args.gpu_only and gpus:
-            report(*(Result(name, SKIP, "--gpu-only (CI runs the CPU-provable subset)") for name, _ in CPU_CHECKS))
+            report(*(Result(name, SKIP, "--gpu-only (CI runs the CPU-provable subset)") for name, _ in cpu_checks))
         else:
-            report(*run_pytest(CPU_CHECKS, workdir, require_all_run=False))
-        gpu_checks = [name for name, _ in CUDA_TESTS] + GPU_RUN_CHECKS
+            report(*run_pytest(cpu_checks, workdir, require_all_run=False))
+        gpu_checks = [name for name, _ in cuda_tests] + GPU_RUN_CHECKS
         if not gpus or args.cpu_only:
             reason = why_not if not gpus else "--cpu-only"
             report(*(Result(name, SKIP, reason) for name in gpu_checks))
         else:
             try:
-                report(*run_pytest(CUDA_TESTS, workdir, require_all_run=True, workers=args.pytest_workers,
+                report(*run_pytest(cuda_tests, workdir, require_all_run=True, workers=args.pytest_workers,
                                    budgeted=True))
             except OutOfBudget as cut:
-                report(*(Result(name, SKIP, str(cut)) for name, _ in CUDA_TESTS))
+                report(*(Result(name, SKIP, str(cut)) for name, _ in cuda_tests))
             steps = [  # (the checks a step reports, the step), in GPU_RUN_CHECKS' order
                 ([PAGE_LOCKED], lambda: [check_page_locked_replay(workdir)]),
                 ([SMOKE_CONTEXTS, SMOKE_RATES], lambda: check_smoke_runs(workdir, figures, quick=args.quick)),

@@ -46,9 +46,9 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from dreamer.errors import UserError
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from dreamer.errors import UserError  # noqa: E402  (the checkout first: PYTHONPATH need not be set)
 
 # A run finishes its last collector batch, final evaluation and checkpoint after
 # the budget; past this many extra seconds it is considered hung.

@@ -1,10 +1,90 @@
-"""Session checks that turn a missing system library into one line, not dozens of tracebacks."""
+"""What every test session shares: headless rendering chosen the way the app chooses it, the
+markers' meaning applied by folder and by capability, and fixtures that set up and tear down
+state (one intra-op thread, a stand-in for torch.cuda). Plain builders live in tests/support/."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
 
 import pytest
-from helpers_unit import missing_gl_library
+import torch
+
+from dreamer.envs.rendering import configure_mujoco_gl
+from dreamer.errors import UserError
+
+E2E_DIR = Path(__file__).parent / "e2e"
+_no_mujoco_rendering: str | None = None
+
+
+GPU_CHECK_MARKERS = ("gpu_acceptance", "cuda")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--gpu-checks-json", metavar="PATH",
+                     help="write each collected gpu_acceptance / cuda test's check name to PATH "
+                          "(scripts/gpu_check.py builds its report from it)")
 
 
 def pytest_configure(config):
-    problem = missing_gl_library()
-    if problem:
-        pytest.exit(problem, returncode=pytest.ExitCode.USAGE_ERROR)
+    """Render headless as ``python -m dreamer`` does: pygame without a display, and MuJoCo's GL
+    backend picked by the app's own probe (glfw, egl, osmesa), or the one MUJOCO_GL names."""
+    global _no_mujoco_rendering
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    try:
+        configure_mujoco_gl(os.environ)
+    except UserError as err:
+        _no_mujoco_rendering = str(err)
+
+
+def gpu_check_of(item) -> tuple[str, str] | None:
+    """(marker, check name) of a test in scripts/gpu_check.py's report, or None. A GPU test that names
+    no check would never run where a GPU is (gpu_check runs tests by their check): a usage error."""
+    for name in GPU_CHECK_MARKERS:
+        marker = item.get_closest_marker(name)
+        if marker is None:
+            continue
+        if not marker.args:
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{name}(CHECK) needs the name of its line in "
+                                    "scripts/gpu_check.py's report (tests/support/gpu_checks.py)")
+        return name, marker.args[0]
+    return None
+
+
+@pytest.hookimpl(trylast=True)  # after -m / -k deselected what does not run
+def pytest_collection_modifyitems(config, items):
+    cuda = torch.cuda.is_available()
+    checks = []
+    for item in items:
+        if (check := gpu_check_of(item)) is not None:
+            item.user_properties.append(("gpu_check", check[1]))  # into the JUnit XML gpu_check reads
+            checks.append({"nodeid": item.nodeid, "marker": check[0], "check": check[1]})
+        if E2E_DIR in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.e2e)
+        if item.get_closest_marker("cuda") and not cuda:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)"))
+        if item.get_closest_marker("mujoco") and _no_mujoco_rendering:
+            item.add_marker(pytest.mark.skip(reason=f"needs MuJoCo rendering: {_no_mujoco_rendering}"))
+    if path := config.getoption("--gpu-checks-json"):
+        Path(path).write_text(json.dumps(checks, indent=1))
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    """One intra-op thread: tiny models on a busy 2-core box are many times faster without
+    OpenMP threads spinning against each other."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """torch.cuda's streams, events, host-memory registration and copies, stood in for on the CPU
+    and logged in order (tests/support/fake_cuda.py)."""
+    from tests.support.fake_cuda import FakeCuda
+
+    return FakeCuda(monkeypatch)

@@ -7,6 +7,7 @@ so workers start clean (spawn, not fork) and never inherit compiler state.
 from __future__ import annotations
 
 import copy
+import functools
 import statistics
 import time
 from typing import Callable
@@ -20,6 +21,7 @@ from dreamer.config import AlgoConfig, CollectorConfig, CompileConfig, EnvConfig
 from dreamer.envs.factory import env_factory
 from dreamer.system.compile import compile_kwargs
 from torchrl_ext import NonBlockingSharedMemWeightSyncScheme, SchemeClosingMultiAsyncCollector, module_to
+from torchrl_ext.tensordict_fast_path import install_from_any_fast_path
 
 
 def workers_hold_a_copy(learner_device: torch.device, collector_device: torch.device) -> bool:
@@ -57,6 +59,14 @@ def seconds_per_agent_step(env: EnvBase, policy: TensorDictModuleBase, steps: in
         _, td = env.step_and_maybe_reset(policy(td))
         times.append(time.perf_counter() - start)
     return statistics.median(times[warmup:])
+
+
+def _start_worker(worker_init: Callable | None) -> None:
+    """What every collector worker runs first: the tensordict fast path the learner's process has
+    (its policy writes module outputs too), then the caller's ``worker_init``."""
+    install_from_any_fast_path()
+    if worker_init is not None:
+        worker_init()
 
 
 def make_collector(
@@ -105,7 +115,7 @@ def make_collector(
         # Without this torchrl resets the main process to (threads - workers).
         num_threads=learner_threads,
         num_sub_threads=1,
-        init_fn=worker_init,
+        init_fn=functools.partial(_start_worker, worker_init),
         weight_sync_schemes={"policy": weight_sync},
         **common,
     )

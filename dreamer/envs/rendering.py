@@ -7,11 +7,13 @@ object has no attribute 'glGetError'``), or crashes. So an unset
 subprocess with each candidate in turn -- glfw (only with a display), egl
 (GPU or Mesa), osmesa (software) -- and the first that renders is set in
 ``os.environ``, which spawned collector workers inherit. A ``MUJOCO_GL`` the
-user set wins and is not probed.
+user set wins and is not probed, but a headless backend whose library is not
+installed is one error line naming the package, not PyOpenGL's traceback.
 """
 
 from __future__ import annotations
 
+import ctypes.util
 import os
 import subprocess
 import sys
@@ -25,6 +27,9 @@ INSTALL_HINTS = {
     "egl": "libegl1 (with a GPU driver or Mesa)",
     "osmesa": "libosmesa6",
 }
+
+# The shared library each headless backend loads through PyOpenGL (what it asks ctypes for).
+GL_LIBRARIES = {"osmesa": "OSMesa", "egl": "EGL"}
 
 _PROBE = """
 import mujoco
@@ -49,6 +54,18 @@ def renders(backend: str, timeout: float = 60.0) -> bool:
     return out.returncode == 0 and "rendered" in out.stdout
 
 
+def missing_gl_library(environ: Mapping[str, str], find_library: Callable[[str], str | None] = ctypes.util.find_library,
+                       ) -> str | None:
+    """One line saying what to install when ``MUJOCO_GL`` names a headless backend whose library is
+    absent (dm_control would fail deep inside PyOpenGL with ``'NoneType' object has no attribute
+    'glGetError'``); None when it is there or not checkable (glfw needs a display, not a library)."""
+    backend = environ.get("MUJOCO_GL", "")
+    if backend not in GL_LIBRARIES or find_library(GL_LIBRARIES[backend]) is not None:
+        return None
+    return (f"MUJOCO_GL={backend} but lib{GL_LIBRARIES[backend]} is not installed: install "
+            f"{INSTALL_HINTS[backend]}, or unset MUJOCO_GL to use a backend that renders here")
+
+
 def candidates(environ: Mapping[str, str]) -> list[str]:
     """Backends worth trying here, best first: glfw needs a display."""
     return (["glfw"] if environ.get("DISPLAY") else []) + ["egl", "osmesa"]
@@ -59,9 +76,12 @@ def configure_mujoco_gl(environ: MutableMapping[str, str] | None = None, *, egl_
     """Set ``MUJOCO_GL`` (and ``PYOPENGL_PLATFORM``) to a backend that renders here;
     returns it. ``egl_device``: the GPU this rank renders on when EGL is used
     (``MUJOCO_EGL_DEVICE_ID``, unless already set), so ranks do not all render on
-    GPU 0. Raises UserError naming what to install when none renders."""
+    GPU 0. Raises UserError naming what to install when none renders, or when the backend the user
+    named lacks its library."""
     environ = os.environ if environ is None else environ
     backend = environ.get("MUJOCO_GL")
+    if problem := missing_gl_library(environ):
+        raise UserError(problem)
     if backend is None:
         tried = candidates(environ)
         backend = next((b for b in tried if probe(b)), None)

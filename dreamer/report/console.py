@@ -14,7 +14,8 @@ import warnings
 from typing import MutableMapping
 
 # Libraries whose warnings and INFO lines are not for a user of this app.
-LIBRARIES = ("torch", "torchrl", "tensordict", "gymnasium", "dm_control", "absl", "mujoco", "hydra_plugins.hydra_submitit_launcher")
+LIBRARIES = ("torch", "torchrl", "tensordict", "gymnasium", "dm_control", "absl", "mujoco",
+             "hydra_plugins.hydra_submitit_launcher")
 _MODULES = r"(" + "|".join(name.replace(".", r"\.") for name in LIBRARIES) + r")(\..*)?$"
 # Set by the entry point for --verbose (read once, in main()).
 VERBOSE_ENV = "DREAMER_VERBOSE"

@@ -1,0 +1,514 @@
+"""dreamer/algos/v3/learner.py and dreamer/algos/v3/models.py: V3 updates train every part,
+the update never talks to the host, actions respect the env's bounds, and a
+checkpointed learner continues exactly."""
+
+from __future__ import annotations
+
+import copy
+import io
+import math
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch._dynamo.utils import counters
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.objectives import DreamerV3ActorLoss
+
+from dreamer.algos.v3.learner import METRIC_NAMES, DreamerV3Learner
+from dreamer.algos.v3.models import build_models
+from dreamer.config import validate
+from dreamer.data.replay import stored_keys
+from dreamer.envs.factory import close_env, make_env
+from dreamer.errors import UserError
+from tests.support.configs import tiny_config
+from tests.support.gpu_checks import EAGER_UPDATES_CUDA, V3_NO_HOST_TRANSFER
+from tests.support.spies import HOST_TRANSFERS, CallCounter, spy_tensor_methods
+from torchrl_ext import OneCriticPassDreamerV3ActorLoss
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
+
+CPU = torch.device("cpu")
+PARTS = ("encoder", "decoder", "prior", "posterior", "reward", "continuation", "actor", "value")
+
+
+def tiny_v3_config(*, pixels: bool = False, **env_overrides):
+    cfg = tiny_config(pixels=pixels, algo="dreamer_v3", **env_overrides)
+    a = cfg.algo
+    a.num_categoricals, a.num_classes, a.num_bins, a.mlp_layers = 4, 4, 31, 1
+    # Every weight must move within a few updates: no warm-up from lr 0, and no
+    # free bits (they zero the prior's gradient while the KL is small).
+    a.lr_warmup_steps, a.free_bits = 0, 0.0
+    return validate(cfg)
+
+
+def _setup(pixels: bool = False, **env_overrides):
+    """Tiny V3 config, its env, and batch_size*batch_length steps the acting
+    policy collected, reduced to what the replay buffer stores."""
+    cfg = tiny_v3_config(pixels=pixels, **env_overrides)
+    env = make_env(cfg.env, cfg.algo, seed=0)
+    torch.manual_seed(0)
+    steps = cfg.buffer.batch_size * cfg.buffer.batch_length
+    try:
+        models = build_models(cfg.algo, cfg.env, env, CPU)
+        with torch.no_grad():
+            rollout = env.rollout(steps, models.policy(explore=True), break_when_any_done=False)
+    except BaseException:
+        close_env(env)
+        raise
+    return cfg, env, rollout.select(*stored_keys(models.obs_key), strict=False)
+
+
+@pytest.fixture(scope="module")
+def state_setup():
+    cfg, env, batch = _setup()
+    yield cfg, env, batch
+    close_env(env)
+
+
+@pytest.fixture(scope="module")
+def pixel_setup():
+    cfg, env, batch = _setup(pixels=True)
+    yield cfg, env, batch
+    close_env(env)
+
+
+def _batch_shape(cfg) -> dict:
+    return {"batch_size": cfg.buffer.batch_size, "batch_length": cfg.buffer.batch_length}
+
+
+def _learner(cfg, env, seed=0):
+    torch.manual_seed(seed)
+    return DreamerV3Learner(cfg.algo, cfg.compile, build_models(cfg.algo, cfg.env, env, CPU), CPU, **_batch_shape(cfg))
+
+
+def _parameters(learner) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in learner.models.modules.named_parameters()}
+
+
+@pytest.mark.parametrize("setup", ["state_setup", "pixel_setup"])
+def test_v3_updates_change_every_part_and_report_finite_metrics(setup, request):
+    cfg, env, batch = request.getfixturevalue(setup)
+    learner = _learner(cfg, env)
+    before = _parameters(learner)
+    for _ in range(3):
+        learner.update(batch.clone())
+    after = _parameters(learner)
+    for part in PARTS:
+        names = [n for n in before if n.startswith(part + ".")]
+        assert names, f"{part} has no parameters"
+        unchanged = [n for n in names if torch.equal(before[n], after[n])]
+        assert not unchanged, f"{part}: parameters not updated: {unchanged}"
+        assert all(torch.isfinite(after[n]).all() for n in names), f"{part} has non-finite weights"
+    # The slow critic follows the value weights.
+    slow = learner.value_loss.target_value_model_params.flatten_keys()
+    fast = learner.value_loss.value_model_params.flatten_keys()
+    assert any(not torch.equal(slow[k], fast[k]) for k in fast.keys()), "slow critic is the critic"
+
+    metrics = learner.flush_metrics()
+    assert set(metrics) == set(METRIC_NAMES) | {"updates_skipped_nonfinite", "nonfinite_streak"}
+    assert all(isinstance(v, float) and math.isfinite(v) for v in metrics.values()), metrics
+    assert metrics["loss_model_reco"] > 0 and metrics["grad_norm_world_model"] > 0
+    assert learner.flush_metrics() == {}
+
+
+def test_v3_update_does_not_modify_the_sampled_batch(state_setup):
+    cfg, env, batch = state_setup
+    learner = _learner(cfg, env)
+    sample = batch.clone()
+    learner.update(sample)
+    assert (sample == batch).all()
+
+
+def _optimizer_host_scalars(learner) -> set[int]:
+    # Optimisers may keep per-parameter step counts as host scalars; reading
+    # them is not a device sync, but on CPU it looks like one to the spy.
+    return {
+        id(v) for opt in learner.optimizers.values() for s in opt.state.values()
+        for v in s.values() if torch.is_tensor(v) and v.dim() == 0
+    }
+
+
+@pytest.mark.gpu_acceptance(V3_NO_HOST_TRANSFER)
+@pytest.mark.parametrize("actor_grad", ["auto", "reinforce"])  # reinforce: the one-critic-pass losses
+@pytest.mark.parametrize("setup", ["state_setup", "pixel_setup"])
+def test_v3_update_makes_no_host_transfer(setup, actor_grad, request, monkeypatch):
+    cfg, env, batch = request.getfixturevalue(setup)
+    cfg = copy.deepcopy(cfg)
+    cfg.algo.actor_grad = actor_grad
+    learner = _learner(cfg, env)
+    learner.update(batch.clone())  # warm: optimiser state exists from here on
+    host_scalars = _optimizer_host_scalars(learner)
+    sample = batch.clone()
+    counter = CallCounter()
+    spy_tensor_methods(monkeypatch, HOST_TRANSFERS, counter, ignore=lambda t: id(t) in host_scalars)
+    learner.update(sample)
+    monkeypatch.undo()
+    assert counter.total() == 0, f"host transfers during update: {counter.report()}"
+
+
+@pytest.mark.cuda(EAGER_UPDATES_CUDA)
+@pytest.mark.parametrize("actor_grad", ["auto", "reinforce"])  # reinforce: the one-critic-pass losses
+def test_v3_cuda_update_is_sync_free(state_setup, actor_grad):
+    cfg, env, batch = state_setup
+    cfg = copy.deepcopy(cfg)
+    cfg.algo.actor_grad = actor_grad
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    models = build_models(cfg.algo, cfg.env, env, device)
+    learner = DreamerV3Learner(cfg.algo, cfg.compile, models, device, **_batch_shape(cfg))
+    on_device = batch.to(device)
+    learner.update(on_device.clone())  # warm
+    sample = on_device.clone()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        learner.update(sample)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(math.isfinite(v) for v in learner.flush_metrics().values())
+
+
+def test_v3_learner_state_dict_round_trip_continues_identically(state_setup):
+    cfg, env, batch = state_setup
+    a = _learner(cfg, env, seed=1)
+    a.update(batch.clone())
+    b = _learner(cfg, env, seed=2)  # different initial weights
+    buffer = io.BytesIO()  # through bytes, as a checkpoint does
+    torch.save(a.state_dict(), buffer)
+    buffer.seek(0)
+    b.load_state_dict(torch.load(buffer, weights_only=False))
+    torch.testing.assert_close(b.actor_loss.retnorm.state_dict(), a.actor_loss.retnorm.state_dict())
+    for step in range(2):
+        torch.manual_seed(5 + step)
+        a.update(batch.clone())
+        torch.manual_seed(5 + step)
+        b.update(batch.clone())
+    pa, pb = a.models.modules.state_dict(), b.models.modules.state_dict()
+    for name in pa:
+        torch.testing.assert_close(pa[name], pb[name], msg=name)
+    torch.testing.assert_close(
+        b.value_loss.target_value_model_params.flatten_keys().to_dict(),
+        a.value_loss.target_value_model_params.flatten_keys().to_dict(),
+    )
+
+
+# -- acting ----------------------------------------------------------------------
+
+
+def test_v3_continuous_actions_fill_the_env_bounds_and_map_back_for_learning(state_setup):
+    cfg, env, _ = state_setup
+    torch.manual_seed(0)
+    models = build_models(cfg.algo, cfg.env, env, CPU)
+    low, high = env.action_spec.space.low, env.action_spec.space.high
+    assert torch.equal(high, -low) and float(high.max()) > 1.0  # Pendulum: [-2, 2]
+    # Large random actor weights push the tanh mean towards both ends.
+    with torch.no_grad():
+        for p in models.modules["actor"].parameters():
+            p.normal_(0.0, 1.0)
+    n = 512
+    obs = TensorDict(
+        {"observation": torch.randn(n, 3) * 3,
+         "state": torch.zeros(n, cfg.algo.latent_state_dim),
+         "belief": torch.randn(n, cfg.algo.rssm_hidden_dim)},
+        batch_size=[n],
+    )
+    for mode in (ExplorationType.RANDOM, ExplorationType.DETERMINISTIC):  # collector, evaluation
+        with torch.no_grad(), set_exploration_type(mode):
+            action = models.policy(explore=mode is ExplorationType.RANDOM)(obs.clone())["action"]
+        assert action.shape == (n, 1), mode
+        assert ((action >= low) & (action <= high)).all(), f"{mode}: {action.min()}..{action.max()}"
+        # Scaled to the env's bounds, not clipped to [-1, 1].
+        assert action.max() > 1.5 and action.min() < -1.5, f"{mode}: {action.min()}..{action.max()}"
+        # The learner sees the actor's own [-1, 1] scale again.
+        unit = models.to_unit_actions(action)
+        assert unit.min() >= -1.0 and unit.max() <= 1.0
+        torch.testing.assert_close(unit * 2.0, action)  # Pendulum's bounds are [-2, 2]
+
+
+def test_v3_policy_carries_the_belief_to_the_next_step(state_setup):
+    cfg, env, _ = state_setup
+    models = build_models(cfg.algo, cfg.env, env, CPU)
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        rollout = env.rollout(4, models.policy(explore=False), break_when_any_done=False)
+    belief, next_belief = rollout["belief"], rollout["next", "belief"]
+    assert torch.equal(belief[0], torch.zeros_like(belief[0]))
+    assert torch.equal(belief[1:], next_belief[:-1])
+    assert not torch.equal(next_belief[0], belief[0])
+
+
+def test_v3_discrete_actions_are_one_hot_and_train():
+    cfg, env, batch = _setup(name="CartPole-v1", action_repeat=1)
+    try:
+        learner = _learner(cfg, env)
+        assert learner.models.discrete
+        action = batch["action"]
+        assert action.shape[-1] == env.action_spec.shape[-1] == 2
+        assert torch.equal(action.sum(-1), torch.ones(action.shape[0], dtype=action.dtype))
+        assert env.action_spec.is_in(action[0])
+        before = _parameters(learner)
+        learner.update(batch.clone())
+        learner.update(batch.clone())
+        after = _parameters(learner)
+        assert any(not torch.equal(before[n], after[n]) for n in before if n.startswith("actor."))
+        assert all(math.isfinite(v) for v in learner.flush_metrics().values())
+        # A discrete actor has no pathwise gradient through the dynamics.
+        cfg.algo.actor_grad = "dynamics"
+        with pytest.raises(UserError, match="algo.actor_grad=dynamics needs continuous actions") as err:
+            _learner(cfg, env)
+        assert "\n" not in str(err.value)
+    finally:
+        close_env(env)
+
+
+def test_replay_value_loss_trains_the_critic_and_nothing_else(state_setup):
+    """Same seed, same batch: with the replay loss only the value head ends elsewhere."""
+    cfg, env, batch = state_setup
+    plain = copy.deepcopy(cfg)
+    plain.algo.replay_value_scale = 0.0
+    learners = {}
+    for name, c in (("replay", cfg), ("plain", plain)):
+        learners[name] = _learner(c, env)
+        torch.manual_seed(1)
+        learners[name].update(batch.clone())
+    with_replay, without = _parameters(learners["replay"]), _parameters(learners["plain"])
+    moved = sorted({n.split(".")[0] for n in with_replay if not torch.equal(with_replay[n], without[n])})
+    assert moved == ["value"]
+    assert learners["replay"].flush_metrics()["loss_replay_value"] > 0
+    assert learners["plain"].flush_metrics()["loss_replay_value"] == 0
+
+
+@pytest.mark.parametrize("actor_grad, reinforce", [("auto", False), ("dynamics", False), ("reinforce", True)])
+def test_continuous_actor_gradient_follows_algo_actor_grad(state_setup, actor_grad, reinforce):
+    cfg, env, batch = state_setup
+    cfg = copy.deepcopy(cfg)
+    cfg.algo.actor_grad = actor_grad
+    learner = _learner(cfg, env)
+    assert learner.actor_loss.use_reinforce is reinforce
+    before = _parameters(learner)
+    learner.update(batch.clone())
+    after = _parameters(learner)
+    assert any(not torch.equal(before[n], after[n]) for n in before if n.startswith("actor."))
+
+
+@pytest.mark.parametrize("actor_grad", ["reinforce", "dynamics"])
+def test_imagination_records_autograd_only_for_a_pathwise_actor_gradient(state_setup, actor_grad):
+    """REINFORCE differentiates nothing through the imagined trajectory, so its
+    rollout records no graph, and the actor and value losses and gradients are
+    those of a rollout that does; dynamics gradients keep the graph."""
+    cfg, env, batch = state_setup
+    cfg = copy.deepcopy(cfg)
+    cfg.algo.actor_grad = actor_grad
+    learner = _learner(cfg, env)
+    env_ = learner.models.model_based_env
+    assert env_.rollout_gradients is (actor_grad == "dynamics")
+    prepared = learner.prepare(batch.clone())
+    latent = learner._world_model_phase(prepared).out.detach()
+    runs = {}
+    for recorded in (True, False):
+        env_.rollout_gradients = recorded
+        torch.manual_seed(5)  # the policy's samples
+        actor = learner._actor_phase(latent)
+        value = learner._value_phase(prepared, latent, actor.out)
+        grads = torch.autograd.grad(
+            [actor.loss, value.loss],
+            [p for n, p in learner.models.modules.named_parameters() if n.startswith(("actor.", "value."))],
+            allow_unused=True,
+        )
+        runs[recorded] = (torch.stack([actor.loss.detach(), value.loss.detach()]), grads)
+    if actor_grad == "reinforce":
+        (losses_on, grads_on), (losses_off, grads_off) = runs[True], runs[False]
+        torch.testing.assert_close(losses_off, losses_on, rtol=0, atol=0)
+        assert any(g is not None and g.abs().sum() > 0 for g in grads_on)
+        for on, off in zip(grads_on, grads_off):
+            assert (on is None) == (off is None)
+            if on is not None:
+                torch.testing.assert_close(off, on, rtol=0, atol=0)
+    env_.rollout_gradients = actor_grad == "dynamics"
+    torch.manual_seed(5)
+    with torch.enable_grad():
+        td = learner._start_states(latent)
+        traj = env_.rollout(3, learner.models.actor, auto_reset=False, tensordict=env_.reset(td.copy()))
+    assert traj.get(("next", "state")).requires_grad is (actor_grad == "dynamics")
+
+
+def _reinforce_actor_and_value(learner, prepared, latent, *, upstream: bool):
+    """Both imagined phases with upstream's actor loss or ours, from the same return
+    statistics and draws: (metrics, lambda-returns, actor and value gradients, the
+    critic MLP's calls)."""
+    loss = learner.actor_loss
+    loss.__class__ = DreamerV3ActorLoss if upstream else OneCriticPassDreamerV3ActorLoss
+    retnorm = {k: v.clone() for k, v in loss.retnorm.state_dict().items()}
+    calls = CallCounter()
+    hook = learner.models.modules["value"].register_forward_hook(lambda *_: calls.record("critic"))
+    try:
+        torch.manual_seed(5)  # the policy's and the prior's samples
+        actor = learner._actor_phase(latent)
+        value = learner._value_phase(prepared, latent, actor.out)
+    finally:
+        hook.remove()
+        loss.__class__ = OneCriticPassDreamerV3ActorLoss
+        loss.retnorm.load_state_dict(retnorm)
+    params = [p for n, p in learner.models.modules.named_parameters() if n.startswith(("actor.", "value."))]
+    grads = torch.autograd.grad([actor.loss, value.loss], params, allow_unused=True)
+    return torch.stack([*actor.metrics, *value.metrics]).detach(), actor.out.get("lambda_target"), grads, calls
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_one_critic_pass_gives_upstreams_reinforce_losses_and_gradients(discrete):
+    """A REINFORCE update runs the critic once over the imagined states (upstream's
+    losses: three times) with upstream's losses, returns and gradients, to rounding."""
+    cfg, env, batch = _setup(name="CartPole-v1", action_repeat=1) if discrete else _setup()
+    try:
+        cfg.algo.actor_grad = "reinforce"
+        learner = _learner(cfg, env)
+    finally:
+        close_env(env)
+    assert learner.actor_loss.use_reinforce and learner.value_loss.slow_critic_regularization > 0
+    with torch.no_grad():  # value, reward heads start at zero (outscale 0): make every term count
+        for p in learner.models.modules.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+        for p in learner.value_loss.target_value_model_params.values(True, True):
+            p.add_(0.1 * torch.randn_like(p))  # a slow critic unlike the critic
+    prepared = learner.prepare(batch.clone())
+    latent = learner._world_model_phase(prepared).out.detach()
+    theirs = _reinforce_actor_and_value(learner, prepared, latent, upstream=True)
+    ours = _reinforce_actor_and_value(learner, prepared, latent, upstream=False)
+    assert theirs[1].abs().min() > 0 and theirs[0].abs().min() > 0  # every loss term is non-zero
+    torch.testing.assert_close(ours[0], theirs[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ours[1], theirs[1], rtol=1e-5, atol=1e-6)
+    assert sum(g is not None and g.abs().sum() > 0 for g in theirs[2]) == len(theirs[2])
+    for mine, upstream_grad in zip(ours[2], theirs[2]):
+        torch.testing.assert_close(mine, upstream_grad, rtol=1e-4, atol=1e-5 * upstream_grad.abs().max().item())
+    # Upstream: bootstraps, baseline, value loss, slow critic, replay (critic and slow).
+    assert (theirs[3].total(), ours[3].total()) == (6, 4), (theirs[3].report(), ours[3].report())
+
+
+def test_v3_compiled_losses_warm_up_without_touching_return_statistics(state_setup):
+    cfg, env, batch = state_setup
+    cfg = copy.deepcopy(cfg)
+    cfg.compile.enabled, cfg.compile.backend, cfg.compile.warmup_iters = True, "eager", 1
+    learner = _learner(cfg, env)
+    learner.compile()
+    torch._dynamo.reset()
+    counters.clear()
+    assert not learner.models.model_based_env.__dict__.get("_cache")
+    retnorm = {k: v.clone() for k, v in learner.actor_loss.retnorm.state_dict().items()}
+    before = _parameters(learner)
+    assert learner.warmup(batch.clone()) > 0
+    torch.testing.assert_close(learner.actor_loss.retnorm.state_dict(), retnorm)
+    after = _parameters(learner)
+    assert all(torch.equal(before[n], after[n]) for n in before), "warm-up stepped an optimiser"
+    traced = counters["stats"]["unique_graphs"]
+    assert traced > 0
+    learner.update(batch.clone())
+    learner.update(batch.clone())
+    assert counters["stats"]["unique_graphs"] == traced, "an update traced a compiled loss again"
+    assert all(math.isfinite(v) for v in learner.flush_metrics().values())
+
+
+def _graphs_traced_by(fn) -> int:
+    """Graphs dynamo traced while ``fn`` ran, from a fresh dynamo state."""
+    torch._dynamo.reset()
+    counters.clear()
+    fn()
+    return counters["stats"]["unique_graphs"]
+
+
+@pytest.mark.parametrize("rssm_step", [True, False])
+def test_v3_compile_takes_one_rssm_step_and_warm_up_covers_it(state_setup, rssm_step):
+    """compile.rssm_step compiles the step the world model's loop calls, not the loop:
+    the world-model loss traces two step graphs whatever the sequence length (the
+    first step starts from zero latents that need no gradient, every later one from
+    the previous step's), the warm-up traces them with gradients as the update runs
+    them, and updates trace nothing after."""
+    cfg, env, batch = state_setup
+    cfg = copy.deepcopy(cfg)
+    cfg.compile.enabled, cfg.compile.backend, cfg.compile.warmup_iters = True, "eager", 1
+    cfg.compile.rssm_step = rssm_step
+    learner = _learner(cfg, env)
+    learner.compile()
+    prepared = learner.prepare(batch.clone())
+    assert prepared.shape[1] > 2
+    traced = _graphs_traced_by(lambda: learner.world_model_loss(prepared.clone()))
+    assert traced == (2 if rssm_step else 0)
+    torch._dynamo.reset()
+    counters.clear()
+    learner.warmup(batch.clone())
+    warmed = counters["stats"]["unique_graphs"]
+    learner.update(batch.clone())
+    learner.update(batch.clone())
+    assert counters["stats"]["unique_graphs"] == warmed, "an update traced the RSSM step or a loss again"
+    assert all(math.isfinite(v) for v in learner.flush_metrics().values())
+
+
+def test_v3_compiled_rssm_step_gives_the_eager_world_model_loss_and_gradients(state_setup):
+    cfg, env, batch = state_setup
+    results = []
+    for rssm_step in (False, True):
+        c = copy.deepcopy(cfg)
+        c.compile.enabled, c.compile.backend, c.compile.rssm_step = True, "aot_eager", rssm_step
+        learner = _learner(c, env)
+        learner.compile()
+        torch.manual_seed(3)  # the rollout draws its categorical samples
+        wm_td, latent = learner.world_model_loss(learner.prepare(batch.clone()))
+        loss = sum(wm_td[k].squeeze() for k in ("loss_model_dynamic", "loss_model_reco", "loss_model_reward"))
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in learner.models.modules.named_parameters() if p.grad is not None}
+        results.append((loss.detach(), latent.get(("next", "state")), grads))
+    (loss0, state0, grads0), (loss1, state1, grads1) = results
+    torch.testing.assert_close(loss1, loss0)
+    torch.testing.assert_close(state1, state0)
+    assert grads1.keys() == grads0.keys() and any(k.startswith("prior.") for k in grads0)
+    for name in grads0:
+        torch.testing.assert_close(grads1[name], grads0[name], msg=name)
+
+
+def test_an_open_loop_report_runs_the_eager_rssm_step_and_traces_nothing(pixel_setup):
+    """The report runs the world model on a few sequences under no_grad: the compiled
+    step (warmed on the update's shape, with gradients) would compile a new graph."""
+    from dreamer.report.openloop import openloop_video
+
+    cfg, env, batch = pixel_setup
+    cfg = copy.deepcopy(cfg)
+    cfg.compile.enabled, cfg.compile.backend, cfg.compile.warmup_iters = True, "eager", 1
+    learner = _learner(cfg, env)
+    learner.compile()
+    learner.warmup(batch.clone())
+    prepared = learner.prepare(batch.clone())
+    counters.clear()
+    video = openloop_video(learner.models, prepared, context=2, sequences=1)
+    assert video.dtype == torch.uint8 and video.shape[0] == cfg.buffer.batch_length
+    assert counters["stats"]["unique_graphs"] == 0
+    traced = _graphs_traced_by(lambda: learner.world_model_loss(prepared[:1].clone()))
+    assert traced == 2, "outside the report the world model runs the compiled step"
+
+
+def _optimizer_state(learner, name: str) -> list[torch.Tensor]:
+    opt = learner.optimizers[name]
+    return [v.clone() for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+
+
+def test_v3_non_finite_update_is_undone_counted_and_recovers(state_setup):
+    cfg, env, batch = state_setup
+    learner = _learner(cfg, env)
+    learner.update(batch.clone())  # one good update: optimiser state exists
+    learner.flush_metrics()
+    wm_parts = ("encoder", "decoder", "prior", "posterior", "reward", "continuation")
+    weights = {k: v.clone() for k, v in learner.models.modules.state_dict().items() if k.split(".")[0] in wm_parts}
+    moments = _optimizer_state(learner, "world_model")
+    poisoned = batch.clone()
+    poisoned["next", "reward"][0, 0] = float("nan")  # NaN reward -> NaN world-model gradients (two-hot clamps inf)
+    for _ in range(2):
+        learner.update(poisoned.clone())
+    after = learner.models.modules.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in weights.items())
+    for now, then in zip(_optimizer_state(learner, "world_model"), moments):
+        assert torch.equal(now, then)
+    metrics = learner.flush_metrics()
+    assert metrics["updates_skipped_nonfinite"] == 2 and metrics["nonfinite_streak"] == 2
+
+    learner.update(batch.clone())  # a good update steps again, with finite weights
+    after = learner.models.modules.state_dict()
+    assert not all(torch.equal(after[k], v) for k, v in weights.items())
+    assert all(torch.isfinite(after[k]).all() for k in weights)

@@ -1,0 +1,96 @@
+"""Helpers for end-to-end tests that run `python -m dreamer` and inject faults into it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from tests.support.paths import REPO_ROOT as ROOT
+
+# Small and eager: these tests are about processes and files, not learning.
+FAST = ("experiment=smoke", "compile=off", "eval.video=false", "logger.progress_bar=false")
+
+
+def dreamer_env() -> dict:
+    env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    return env
+
+
+def run_dreamer(*overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """`python -m dreamer OVERRIDES` run to its end, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "dreamer", *overrides],
+        cwd=ROOT, env=dreamer_env(), capture_output=True, text=True, timeout=timeout,
+        stdin=subprocess.DEVNULL,  # a prompt (e.g. a W&B login) must fail, not hang
+    )
+
+
+def start(*overrides: str, **popen) -> subprocess.Popen:
+    """`python -m dreamer OVERRIDES` in its own process group (as a shell job would be)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "dreamer", *overrides], cwd=ROOT, env=dreamer_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        start_new_session=True, **popen,
+    )
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(poll)
+
+
+def descendants(pid: int) -> list[int]:
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def worker_pids(pid: int) -> list[int]:
+    """The collector worker processes (multiprocessing spawn children, not the resource tracker)."""
+    found = []
+    for p in psutil.Process(pid).children():
+        try:
+            if any("spawn_main" in part for part in p.cmdline()):
+                found.append(p.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+def alive(pids: list[int]) -> list[int]:
+    """PIDs still running (a zombie counts as gone: it holds no resources but its entry)."""
+    running = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                running.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return running
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def has_updates(run_dir: Path) -> Callable[[], bool]:
+    """True once the run logged a metrics line with updates (it is past start-up and learning)."""
+    def check() -> bool:
+        try:
+            return any("loss_model_kl" in line for line in (run_dir / "metrics.jsonl").read_text().splitlines())
+        except FileNotFoundError:
+            return False
+    return check
