@@ -8,6 +8,7 @@ import functools
 import json
 import logging
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -18,9 +19,11 @@ from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buff
 from dreamer.data.supervisor import SupervisedCollector
 from dreamer.envs.factory import close_env, make_env, make_eval_env
 from dreamer.envs.rendering import configure_mujoco_gl
+from dreamer.errors import UserError
 from dreamer.report.console import quiet_worker
 from dreamer.report.logger import RunLogger, check_video_writer
 from dreamer.report.openloop import check_openloop_config, openloop_enabled
+from dreamer.run import lock as run_lock
 from dreamer.run import resume
 from dreamer.run.background_compile import compiles_in_background
 from dreamer.run.cadence import Every, Ratio
@@ -51,6 +54,8 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
     stopper = Stopper(requeue=requeue).install()  # SIGTERM/SIGINT/SIGUSR1/2 -> finish cleanly
     with contextlib.ExitStack() as teardown:
         teardown.callback(stopper.uninstall)  # runs last
+        vote_group = distributed.cpu_group() if ranks.enabled else None
+        teardown.enter_context(claimed_run_dir(cfg, run_dir, ranks, vote_group))  # before any read or write there
         resumed_state = None
         if cfg.resume:
             run_dir, cfg, resumed_state = resume.open_run(cfg, overridden)
@@ -63,7 +68,7 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
 
         device = distributed.rank_device(resolve_device(cfg.device), ranks)
         if ranks.enabled:  # every rank leaves the loop at the same update
-            stopper.vote = functools.partial(distributed.max_over_ranks, group=distributed.cpu_group())
+            stopper.vote = functools.partial(distributed.max_over_ranks, group=vote_group)
         cpus = cpu_budget(ranks.local_world_size)
         torch.set_num_threads(cfg.threads or cpus.cores)  # until the split below
         if cfg.env.backend == "dm_control":
@@ -185,6 +190,28 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
             (run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
         run.teardown = teardown.pop_all()  # from here on, run.close() tears it down
     return run
+
+
+@contextlib.contextmanager
+def claimed_run_dir(cfg: Config, run_dir: Path, ranks: distributed.Ranks, vote_group) -> Iterator[None]:
+    """The run directory's lock (dreamer.run.lock) for the ``with`` block, taken by
+    rank 0 (the one writer; the other ranks write nothing there and do not lock)
+    before anything in the directory is read or written. Every rank learns whether
+    rank 0 got it, so all of them stop with one line, none waits in a collective."""
+    target, what = (resume.run_dir_to_resume(cfg), "resume") if cfg.resume else (Path(run_dir), "hydra.run.dir")
+    with contextlib.ExitStack() as held:
+        failure = None
+        if ranks.is_main:
+            target.mkdir(parents=True, exist_ok=True)
+            try:
+                held.enter_context(run_lock.hold(target, what))
+            except UserError as err:
+                failure = err
+        if ranks.enabled and distributed.max_over_ranks(int(failure is not None), group=vote_group):
+            raise failure or UserError(f"rank 0 could not lock {what}={target}; see its error line")
+        if failure is not None:
+            raise failure
+        yield
 
 
 def collection_cost(cfg: Config, env, policy, device: torch.device) -> float | None:

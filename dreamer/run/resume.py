@@ -108,11 +108,17 @@ def refuse_run_dir_with_checkpoints(run_dir: Path) -> None:
         )
 
 
-def open_run(requested: Config, overridden: set[str]) -> tuple[Path, Config, dict]:
-    """(run_dir, config to use, checkpoint state) for ``resume=RUN_DIR``."""
+def run_dir_to_resume(requested: Config) -> Path:
+    """The directory ``resume=`` names; one line if it does not exist."""
     run_dir = Path(requested.resume)
     if not run_dir.is_dir():
         raise UserError(f"resume={run_dir}: no such directory; pass a run directory (it holds checkpoints/)")
+    return run_dir
+
+
+def open_run(requested: Config, overridden: set[str]) -> tuple[Path, Config, dict]:
+    """(run_dir, config to use, checkpoint state) for ``resume=RUN_DIR``."""
+    run_dir = run_dir_to_resume(requested)
     state = ckpt.load_latest(run_dir)
     refuse_overrides(state["config"], requested, overridden)
     check_compatible(run_dir, state)
