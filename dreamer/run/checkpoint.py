@@ -1,13 +1,20 @@
 """Checkpoints: atomic writes (temp file + fsync + rename), rotation, a manifest, newest-first load.
 
 Each ``checkpoints/ckpt_<updates>.pt`` carries a ``manifest`` (config hash,
-updates, torch/torchrl versions). A file that cannot be read, or whose
-manifest does not match its config (bit rot, a hand-edited file), is skipped
-with one warning line and the previous checkpoint is used.
+updates, torch/torchrl versions) and a sha256 of its bytes, written in the
+same pass as the file and checked before it is loaded
+(:mod:`dreamer.run.integrity`). A file that cannot be read, whose digest does
+not match (bit rot, truncation, an edited file) or whose manifest does not
+match its config is moved aside as ``ckpt_<updates>.pt.corrupt`` with one
+warning line, and the previous checkpoint is used: rotation no longer counts
+it, and no later resume can go back to the timeline it started.
 
 Checkpoints hold tensors and plain Python types only, and are loaded with
 ``torch.load(weights_only=True)``: a checkpoint file someone hands you cannot
-run code. A file that needs more (a pickled object) is refused in one line.
+run code. A file that needs more (a pickled object), or whose zip entries
+declare more bytes than the file holds (a compressed entry that would inflate
+in memory), is refused in one line. Running out of memory while loading is
+said as such, never taken for an unreadable file.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import numpy as np
 import torch
 
 from dreamer.errors import UserError
+from dreamer.run import integrity
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -89,25 +97,6 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class _WriteErrorRecorder:
-    """A file wrapper that keeps the OS error of a failed write: torch's zip writer
-    reports a short write only as "unexpected pos", hiding ENOSPC / EFBIG."""
-
-    def __init__(self, f):
-        self.f = f
-        self.error: OSError | None = None
-
-    def write(self, data) -> int:
-        try:
-            return self.f.write(data)
-        except OSError as err:
-            self.error = err
-            raise
-
-    def flush(self) -> None:
-        self.f.flush()
-
-
 class CheckpointWriteError(UserError):
     """The disk refused a checkpoint; the previous one is untouched."""
 
@@ -129,8 +118,9 @@ def save_checkpoint(run_dir: Path, state: dict, updates: int, keep: int) -> Path
     recorder = None
     try:
         with open(tmp, "wb") as f:
-            recorder = _WriteErrorRecorder(f)
+            recorder = integrity.DigestingWriter(f)
             torch.save(state, recorder)
+            recorder.seal()
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, final)
@@ -174,6 +164,11 @@ _LEGACY_SAFE_GLOBALS = [
 
 
 def _read(path: Path) -> dict:
+    try:
+        integrity.check(path)  # before torch reads anything
+    except integrity.OversizedFile as err:
+        raise UnsafeCheckpoint(f"checkpoint {path} {err}: refused (dreamer writes uncompressed checkpoints; "
+                               "do not load files you do not trust)") from None
     # mmap: tensors stay in the page cache until copied into the live modules and
     # replay storage, so a saved replay is not held twice in RAM on resume.
     try:
@@ -191,8 +186,31 @@ def _read(path: Path) -> dict:
     return state
 
 
+def _out_of_memory(err: BaseException) -> bool:
+    """torch reports a failed allocation as a RuntimeError, Python as MemoryError."""
+    return isinstance(err, MemoryError) or (
+        isinstance(err, RuntimeError) and any(s in str(err) for s in ("can't allocate memory", "not enough memory"))
+    )
+
+
+def move_aside(path: Path, reason: str) -> Path | None:
+    """Rename an unreadable checkpoint to ``<name>.corrupt`` (kept for inspection, no
+    longer a checkpoint: not listed, not rotated, never resumed); one warning line."""
+    aside = path.with_name(path.name + ".corrupt")
+    try:
+        os.replace(path, aside)
+    except OSError as err:
+        print(f"warning: checkpoint {path} is unreadable ({reason}) and could not be moved aside "
+              f"({err.strerror}); using the previous one", file=sys.stderr)
+        return None
+    print(f"warning: checkpoint {path} is unreadable ({reason}); moved aside to {aside.name}, "
+          "using the previous one", file=sys.stderr)
+    return aside
+
+
 def load_latest(run_dir: Path) -> dict:
-    """The newest readable checkpoint of ``run_dir``; its path is under ``"path"``."""
+    """The newest readable checkpoint of ``run_dir``; its path is under ``"path"``.
+    Newer unreadable ones are moved aside (:func:`move_aside`)."""
     candidates = list_checkpoints(run_dir)
     if not candidates:
         raise UserError(
@@ -205,10 +223,14 @@ def load_latest(run_dir: Path) -> dict:
         except UnsafeCheckpoint:
             raise
         except Exception as err:  # truncated / corrupted: fall back to the previous one
-            reason = (str(err).splitlines() or [""])[0][:200]
-            print(f"warning: checkpoint {path} is unreadable ({err.__class__.__name__}: {reason}); "
-                  "using the previous one", file=sys.stderr)
+            if _out_of_memory(err):
+                raise UserError(
+                    f"resume={run_dir}: ran out of memory loading {path} ({path.stat().st_size / 2**30:.2f} GiB); "
+                    "free memory or resume on a machine with more, the checkpoint is left as it is"
+                ) from None
+            move_aside(path, f"{err.__class__.__name__}: {(str(err).splitlines() or [''])[0][:200]}")
             continue
         state["path"] = str(path)
         return state
-    raise UserError(f"resume={run_dir}: every checkpoint is unreadable")
+    raise UserError(f"resume={run_dir}: every checkpoint is unreadable (moved aside as *.corrupt in "
+                    f"{Path(run_dir) / CHECKPOINT_DIR})")
