@@ -118,9 +118,7 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
 
         # Before the workers spawn (they inherit the cache dir) and before any compile.
         compile_cache.use_cache_dir(cfg.compile)
-        artifact = compile_cache.artifact_to_load(cfg.compile, run_dir, resumed_state is not None)
-        if artifact is not None and cfg.compile.enabled:
-            compile_cache.load_artifact(artifact)
+        artifact_sha256 = load_compile_artifact(cfg, run_dir, resumed_state, overridden)
 
         random_frames = cfg.collector.init_random_frames
         if resumed_state is not None:
@@ -173,7 +171,7 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
             models=models, learner=learner, replay=replay, collector=collector, eval_env=eval_env,
             eval_policy=models.policy(explore=False), cadence=cadence, logger=logger,
             trace_window=trace_window, openloop=openloop_enabled(cfg.eval, cfg.env), resumed=resumed_state is not None,
-            collection=collection,
+            collection=collection, compile_artifact_sha256=artifact_sha256,
         )
         if resumed_state is not None:
             run.restore(resumed_state)
@@ -212,6 +210,24 @@ def claimed_run_dir(cfg: Config, run_dir: Path, ranks: distributed.Ranks, vote_g
         if failure is not None:
             raise failure
         yield
+
+
+def load_compile_artifact(cfg: Config, run_dir: Path, resumed_state: dict | None, overridden: set[str]) -> str | None:
+    """Load the compile-cache artifact this run may use (compile_cache.artifact_to_load);
+    returns the sha256 of the run's own artifact when it was checked against the
+    checkpoint, for the next checkpoint to record again."""
+    resumed = resumed_state is not None
+    vouched = resumed_state.get("compile_artifact_sha256") if resumed else None
+    given = not resumed or resume.given_on_command_line("compile.cache_artifact", overridden)
+    artifact = compile_cache.artifact_to_load(cfg.compile, run_dir, resumed=resumed, given=given,
+                                              vouched_sha256=vouched)
+    if artifact is None or not cfg.compile.enabled:
+        return None
+    data = compile_cache.read_artifact(artifact)
+    if data is None:
+        return None
+    compile_cache.load_bytes(data, artifact.path)
+    return artifact.sha256 or None  # the run's own file, checked: still the one it wrote
 
 
 def collection_cost(cfg: Config, env, policy, device: torch.device) -> float | None:

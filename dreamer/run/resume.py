@@ -52,6 +52,11 @@ def _touched(key: str, overridden: set[str]) -> bool:
     return any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in overridden)
 
 
+def given_on_command_line(key: str, overridden: set[str]) -> bool:
+    """Whether this command line set ``key`` (named, or through a section or group)."""
+    return _touched(key, overridden)
+
+
 def merge(saved: dict, requested: Config, overridden: set[str]) -> Config:
     """The saved config, with the allow-listed keys this command line gave taken from
     it. A key it did not give keeps the saved run's value: ``resume=DIR`` alone

@@ -20,7 +20,8 @@ from dreamer.run import checkpoint as ckpt
 from dreamer.run import lock as run_lock
 
 # A process that holds a run directory's lock until it is killed.
-HOLD = "import sys, time\nfrom dreamer.run.lock import hold\nwith hold(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)\n"
+HOLD = ("import sys, time\nfrom dreamer.run.lock import hold\n"
+        "with hold(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)\n")
 
 
 @pytest.fixture
@@ -165,9 +166,14 @@ def test_a_second_writer_is_refused_and_a_killed_holder_leaves_no_stale_lock(tmp
         wait_for(lambda: has_updates(run_dir)() and ckpt.list_checkpoints(run_dir), 240, "a checkpoint and records")
         os.kill(first.pid, signal.SIGSTOP)  # frozen: the directory changes only if the second writer changes it
         before = _snapshot(run_dir)
-        for second in (start(f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'h'}"),
-                       start(*FAST, f"hydra.run.dir={run_dir}")):
-            _, err = second.communicate(timeout=120)
+        for args in ((f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'h'}"), (*FAST, f"hydra.run.dir={run_dir}")):
+            second = start(*args)
+            try:
+                _, err = second.communicate(timeout=120)
+            finally:
+                if second.poll() is None:  # accepted as a second writer: stop it and its workers
+                    os.killpg(second.pid, signal.SIGKILL)
+                    second.communicate()
             assert second.returncode == 2, err[-2000:]
             last = _last_line(err)
             assert last.startswith("error: ") and f"pid {first.pid} on host {socket.gethostname()}" in last
