@@ -176,7 +176,7 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         if resumed_state is not None:
             run.restore(resumed_state)
         else:
-            logger.rewind(0, 0)  # records of an attempt that died before its first checkpoint
+            logger.rewind(0)  # records of an attempt that died before its first checkpoint
         if ranks.enabled:
             distributed.broadcast_module(models.modules)  # identical start on every rank
             learner.grad_sync = distributed.GradientAverager(ranks.world_size)

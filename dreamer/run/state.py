@@ -109,7 +109,7 @@ class Run:
             log.info("replay buffer not in the checkpoint (checkpoint.replay=false): refilling it")
         # Its run id was used when the logger was built (build_run); here its counters.
         self.logger.load_state_dict(state.get("logger", {}))
-        self.logger.rewind(c["updates"], c["frames"])  # records logged after this checkpoint are replayed anew
+        self.logger.rewind(c["updates"])  # records logged after this checkpoint are replayed anew
         log.info("checkpoint %s", state["path"])
         log.info("resumed from %s at frames=%d updates=%d", self.run_dir, c["frames"], c["updates"])
 
