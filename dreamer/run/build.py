@@ -23,6 +23,7 @@ from dreamer.errors import UserError
 from dreamer.report.console import quiet_worker
 from dreamer.report.logger import RunLogger, check_video_writer
 from dreamer.report.openloop import check_openloop_config, openloop_enabled
+from dreamer.run import checkpoint as ckpt
 from dreamer.run import lock as run_lock
 from dreamer.run import resume
 from dreamer.run.background_compile import compiles_in_background
@@ -115,6 +116,9 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
             batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length, autocast_dtype=autocast,
         )
         replay = make_replay_buffer(cfg.buffer, device)
+        if cfg.checkpoint.replay and ranks.is_main:
+            ckpt.check_replay_checkpoint_space(run_dir, need, model_checkpoint_bytes(learner, models),
+                                               cfg.checkpoint.keep)
 
         # Before the workers spawn (they inherit the cache dir) and before any compile.
         compile_cache.use_cache_dir(cfg.compile)
@@ -210,6 +214,13 @@ def claimed_run_dir(cfg: Config, run_dir: Path, ranks: distributed.Ranks, vote_g
         if failure is not None:
             raise failure
         yield
+
+
+def model_checkpoint_bytes(learner, models) -> int:
+    """About what the learner adds to a checkpoint: its state now, plus two Adam moments
+    per parameter (the optimisers allocate them at their first step)."""
+    parameter_bytes = sum(p.numel() * p.element_size() for p in models.modules.parameters())
+    return ckpt.state_bytes(learner.state_dict()) + 2 * parameter_bytes
 
 
 def load_compile_artifact(cfg: Config, run_dir: Path, resumed_state: dict | None, overridden: set[str]) -> str | None:

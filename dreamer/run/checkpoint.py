@@ -22,9 +22,11 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import os
 import pickle
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -36,6 +38,7 @@ from dreamer.errors import UserError
 from dreamer.run import integrity
 
 CHECKPOINT_DIR = "checkpoints"
+log = logging.getLogger("dreamer")
 
 
 def rng_state() -> dict:
@@ -101,6 +104,70 @@ class CheckpointWriteError(UserError):
     """The disk refused a checkpoint; the previous one is untouched."""
 
 
+def state_bytes(state) -> int:
+    """Bytes of tensor data in ``state``, each storage counted once: what torch.save
+    writes, less a little zip and pickle framing."""
+    seen, total, stack = set(), 0, [state]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, torch.Tensor):
+            storage = value.untyped_storage()
+            key = (value.device, storage.data_ptr(), storage.nbytes())
+            if key not in seen:
+                seen.add(key)
+                total += storage.nbytes()
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+    return total
+
+
+def _with_framing(payload: int) -> int:
+    return payload + payload // 100 + 4 * 2**20
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def _previous(run_dir: Path) -> str:
+    previous = list_checkpoints(run_dir)
+    return f"the previous checkpoint {previous[-1]} is intact" if previous else "no earlier checkpoint exists"
+
+
+def check_free_space(run_dir: Path, final: Path, state: dict) -> None:
+    """Refuse (one line, nothing written) a checkpoint the file system cannot hold."""
+    need = _with_framing(state_bytes(state))
+    free = shutil.disk_usage(final.parent).free
+    if need > free:
+        raise CheckpointWriteError(
+            f"could not write checkpoint {final}: it needs about {_gib(need)} and its file system has {_gib(free)} "
+            f"free; {_previous(run_dir)}: free disk space, then resume={run_dir}"
+        )
+
+
+def check_replay_checkpoint_space(run_dir: Path, replay_bytes: int, model_bytes: int, keep: int) -> None:
+    """checkpoint.replay=true, checked at start: a checkpoint of the full replay buffer
+    must fit on the run directory's file system (one line otherwise); keep+1 of them
+    exist at peak (the new one is written before the oldest is removed), said in one
+    warning line when they would not fit."""
+    one = _with_framing(replay_bytes + model_bytes)
+    peak = (keep + 1) * one
+    free = shutil.disk_usage(run_dir).free
+    existing = sum(p.stat().st_size for p in list_checkpoints(run_dir))
+    sizes = (f"a checkpoint with the full replay buffer takes about {_gib(one)} ({_gib(replay_bytes)} of replay, "
+             f"{_gib(model_bytes)} of weights and optimiser state), {keep + 1} of them at peak with checkpoint.keep="
+             f"{keep} ({_gib(peak)})")
+    if one > free:
+        raise UserError(f"checkpoint.replay=true: {sizes}, but {run_dir} has {_gib(free)} free: free disk space, "
+                        "lower buffer.capacity, or set checkpoint.replay=false")
+    if peak > free + existing:
+        log.warning("checkpoint.replay=true: %s, but %s has %s free besides its checkpoints: checkpoints will fail "
+                    "once the buffer fills, unless space is freed or checkpoint.keep lowered", sizes, run_dir,
+                    _gib(free + existing))
+
+
 def save_checkpoint(run_dir: Path, state: dict, updates: int, keep: int) -> Path:
     """Write ``state`` (plus its manifest) as checkpoints/ckpt_<updates>.pt.
 
@@ -115,6 +182,7 @@ def save_checkpoint(run_dir: Path, state: dict, updates: int, keep: int) -> Path
     final = directory / f"ckpt_{updates:010d}.pt"
     tmp = directory / f".{final.name}.tmp"
     state = {**state, "manifest": make_manifest(state, updates)}
+    check_free_space(run_dir, final, state)
     recorder = None
     try:
         with open(tmp, "wb") as f:
@@ -129,11 +197,10 @@ def save_checkpoint(run_dir: Path, state: dict, updates: int, keep: int) -> Path
         err = recorder.error if recorder is not None and recorder.error is not None else caught
         if not isinstance(err, OSError):
             raise
-        previous = list_checkpoints(run_dir)
-        kept = f"the previous checkpoint {previous[-1]} is intact" if previous else "no earlier checkpoint exists"
         reason = err.strerror or errno.errorcode.get(err.errno or 0, str(err))
         raise CheckpointWriteError(
-            f"could not write checkpoint {final} ({reason}); {kept}: free disk space, then resume={run_dir}"
+            f"could not write checkpoint {final} ({reason}); {_previous(run_dir)}: free disk space, "
+            f"then resume={run_dir}"
         ) from err
     finally:
         tmp.unlink(missing_ok=True)
