@@ -16,8 +16,8 @@ What this relies on, by file system:
 - NFS: Linux clients emulate ``flock`` with a whole-file POSIX byte-range lock
   (NFSv4 lock state, NLM on v3), so the lock holds across nodes. That is why
   the file is opened read-write: a POSIX write lock needs it. A node that
-  crashes holding the lock keeps it until the server's lease expires (about 90 s
-  on NFSv4); a requeued job that starts on another node within that time is
+  crashes holding the lock keeps it until the server's lease expires (NFSv4's
+  lease time, 90 s by default); a requeued job that starts on another node within that time is
   told the run is in use and can be started again. A mount with
   ``local_lock=flock`` makes the lock node-local only.
 - Lustre: needs the ``flock`` mount option for cluster-wide locks
