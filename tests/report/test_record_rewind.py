@@ -197,5 +197,5 @@ def test_after_a_crash_past_a_mid_batch_checkpoint_and_a_resume_the_records_agre
     resumed = start(f"resume={run_dir}", "logger.progress_bar=false", f"hydra.run.dir={tmp_path / 'h'}")
     out, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err[-3000:]
-    assert "records rewound to the checkpoint" in out + err
     assert_records_agree(run_dir)
+    assert "records rewound to the checkpoint" in out + err
