@@ -130,3 +130,19 @@ def test_keep_plus_one_replay_checkpoints_that_would_not_fit_are_one_warning_at_
     build_run(cfg, tmp_path).close()
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "replay" in r.getMessage()]
     assert len(warnings) == 1 and "checkpoints will fail once the buffer fills" in warnings[0]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="page-locked replay storage needs CUDA")
+def test_a_filled_part_restored_into_page_locked_storage_stays_page_locked(tmp_path):
+    cfg = tiny_config()
+    cfg.buffer.capacity, cfg.buffer.pin_memory = 2000, "on"
+    original = make_replay_buffer(cfg.buffer, torch.device("cuda"))
+    write(original, _steps(100, 0), OBS)
+    ckpt.save_checkpoint(tmp_path, {"replay": replay_state(original)}, updates=1, keep=1)
+    restored = make_replay_buffer(cfg.buffer, torch.device("cuda"))
+    load_replay_state(restored, ckpt.load_latest(tmp_path)["replay"])
+    live = restored._storage._storage
+    assert live.shape == torch.Size([2000]) and live[("next", OBS)].is_pinned()
+    assert (live[:100] == original._storage._storage[:100]).all()
+    assert restored.sample()[("next", OBS)].device.type == "cuda"
