@@ -37,6 +37,7 @@ from torchrl_ext.rssm import (
     split_block_gru_inputs,
     straight_through_categorical,
 )
+from torchrl_ext.storage_state import filled_storage_state, leading_rows, load_filled_storage_state
 from torchrl_ext.tensordict_fast_path import install_from_any_fast_path
 from torchrl_ext.weight_sync import (
     LivenessCheckedSharedMemWeightSyncScheme,
@@ -75,4 +76,7 @@ __all__ = [
     "split_block_gru_inputs",
     "straight_through_categorical",
     "class_softmax",
+    "filled_storage_state",
+    "leading_rows",
+    "load_filled_storage_state",
 ]

@@ -68,9 +68,22 @@ def check_run_dir_writable(overrides: list[str]) -> None:
             ) from None
 
 
+def check_run_dirs_not_in_use(overrides: list[str]) -> None:
+    """``hydra.run.dir=DIR`` or ``resume=DIR`` locked by a live run (dreamer.run.lock) is
+    refused here, before Hydra writes its own files (.hydra/, the job log) into DIR."""
+    from dreamer.run.lock import refuse_if_held
+
+    for override in overrides:
+        key, _, value = override.partition("=")
+        key = key.lstrip("+")
+        if key in ("hydra.run.dir", "resume") and value and "${" not in value:
+            refuse_if_held(Path(value), key)
+
+
 def check_command_line(argv: list[str]) -> None:
     """All checks, for a plain run (``--help``, ``--cfg``, ``-m`` and the like go straight to Hydra)."""
     if any(arg.startswith("-") for arg in argv):
         return
     check_composition(argv)
+    check_run_dirs_not_in_use(argv)
     check_run_dir_writable(argv)

@@ -28,7 +28,14 @@ from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
 from dreamer.config import BufferConfig
 from dreamer.errors import UserError
 from dreamer.system.memory import host_memory_available
-from torchrl_ext import PinnedLazyTensorStorage, PlainWriteReplayBuffer, SliceCursorWriter, StagedDeviceReplayBuffer
+from torchrl_ext import (
+    PinnedLazyTensorStorage,
+    PlainWriteReplayBuffer,
+    SliceCursorWriter,
+    StagedDeviceReplayBuffer,
+    filled_storage_state,
+    load_filled_storage_state,
+)
 
 TRAJ_KEY = ("collector", "traj_ids")
 
@@ -127,12 +134,18 @@ def check_capacity(buffer_cfg: BufferConfig, step_bytes: int, *, ranks_per_node:
 def replay_state(buffer: TensorDictReplayBuffer) -> dict:
     """The buffer's state as tensors and plain types (checkpoints load with
     ``weights_only=True``): upstream's state keeps the prefetched batches as
-    TensorDicts, stored here as plain nested dicts."""
-    return _plain(buffer.state_dict())
+    TensorDicts, stored here as plain nested dicts. Only the rows written so far
+    are saved (torchrl_ext.storage_state): a checkpoint grows with the buffer's
+    fill, not its capacity, and costs no copy of the data."""
+    state = buffer.state_dict()
+    state["_storage"] = filled_storage_state(buffer._storage)
+    return _plain(state)
 
 
 def load_replay_state(buffer: TensorDictReplayBuffer, state: dict) -> None:
-    buffer.load_state_dict(_tensordicts(state))
+    state = _tensordicts(state)
+    state["_storage"] = load_filled_storage_state(buffer._storage, state["_storage"])
+    buffer.load_state_dict(state)
 
 
 _TD_MARK = "__tensordict__"

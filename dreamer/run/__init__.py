@@ -6,5 +6,6 @@
 - ``cadence``: ``Every`` and ``Ratio`` counters;
 - ``stopping``: stop signals, ``train.max_minutes``, the rank vote, requeue;
 - ``checkpoint``: atomic save, rotation, safe load; ``resume``: the saved config wins;
+- ``lock``: one writer per run directory (an advisory lock held for the run's life);
 - ``health``: stop after K non-finite updates; ``result``: ``RunResult`` and summary.json.
 """

@@ -8,6 +8,7 @@ import functools
 import json
 import logging
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -18,9 +19,12 @@ from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buff
 from dreamer.data.supervisor import SupervisedCollector
 from dreamer.envs.factory import close_env, make_env, make_eval_env
 from dreamer.envs.rendering import configure_mujoco_gl
+from dreamer.errors import UserError
 from dreamer.report.console import quiet_worker
 from dreamer.report.logger import RunLogger, check_video_writer
 from dreamer.report.openloop import check_openloop_config, openloop_enabled
+from dreamer.run import checkpoint as ckpt
+from dreamer.run import lock as run_lock
 from dreamer.run import resume
 from dreamer.run.background_compile import compiles_in_background
 from dreamer.run.cadence import Every, Ratio
@@ -51,6 +55,8 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
     stopper = Stopper(requeue=requeue).install()  # SIGTERM/SIGINT/SIGUSR1/2 -> finish cleanly
     with contextlib.ExitStack() as teardown:
         teardown.callback(stopper.uninstall)  # runs last
+        vote_group = distributed.cpu_group() if ranks.enabled else None
+        teardown.enter_context(claimed_run_dir(cfg, run_dir, ranks, vote_group))  # before any read or write there
         resumed_state = None
         if cfg.resume:
             run_dir, cfg, resumed_state = resume.open_run(cfg, overridden)
@@ -63,7 +69,7 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
 
         device = distributed.rank_device(resolve_device(cfg.device), ranks)
         if ranks.enabled:  # every rank leaves the loop at the same update
-            stopper.vote = functools.partial(distributed.max_over_ranks, group=distributed.cpu_group())
+            stopper.vote = functools.partial(distributed.max_over_ranks, group=vote_group)
         cpus = cpu_budget(ranks.local_world_size)
         torch.set_num_threads(cfg.threads or cpus.cores)  # until the split below
         if cfg.env.backend == "dm_control":
@@ -110,12 +116,13 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
             batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length, autocast_dtype=autocast,
         )
         replay = make_replay_buffer(cfg.buffer, device)
+        if cfg.checkpoint.replay and ranks.is_main:
+            ckpt.check_replay_checkpoint_space(run_dir, need, model_checkpoint_bytes(learner, models),
+                                               cfg.checkpoint.keep)
 
         # Before the workers spawn (they inherit the cache dir) and before any compile.
         compile_cache.use_cache_dir(cfg.compile)
-        artifact = compile_cache.artifact_to_load(cfg.compile, run_dir, resumed_state is not None)
-        if artifact is not None and cfg.compile.enabled:
-            compile_cache.load_artifact(artifact)
+        artifact_sha256 = load_compile_artifact(cfg, run_dir, resumed_state, overridden)
 
         random_frames = cfg.collector.init_random_frames
         if resumed_state is not None:
@@ -168,12 +175,12 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
             models=models, learner=learner, replay=replay, collector=collector, eval_env=eval_env,
             eval_policy=models.policy(explore=False), cadence=cadence, logger=logger,
             trace_window=trace_window, openloop=openloop_enabled(cfg.eval, cfg.env), resumed=resumed_state is not None,
-            collection=collection,
+            collection=collection, compile_artifact_sha256=artifact_sha256,
         )
         if resumed_state is not None:
             run.restore(resumed_state)
         else:
-            logger.rewind(0, 0)  # records of an attempt that died before its first checkpoint
+            logger.rewind(0)  # records of an attempt that died before its first checkpoint
         if ranks.enabled:
             distributed.broadcast_module(models.modules)  # identical start on every rank
             learner.grad_sync = distributed.GradientAverager(ranks.world_size)
@@ -185,6 +192,53 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
             (run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
         run.teardown = teardown.pop_all()  # from here on, run.close() tears it down
     return run
+
+
+@contextlib.contextmanager
+def claimed_run_dir(cfg: Config, run_dir: Path, ranks: distributed.Ranks, vote_group) -> Iterator[None]:
+    """The run directory's lock (dreamer.run.lock) for the ``with`` block, taken by
+    rank 0 (the one writer; the other ranks write nothing there and do not lock)
+    before anything in the directory is read or written. Every rank learns whether
+    rank 0 got it, so all of them stop with one line, none waits in a collective."""
+    target, what = (resume.run_dir_to_resume(cfg), "resume") if cfg.resume else (Path(run_dir), "hydra.run.dir")
+    with contextlib.ExitStack() as held:
+        failure = None
+        if ranks.is_main:
+            target.mkdir(parents=True, exist_ok=True)
+            try:
+                held.enter_context(run_lock.hold(target, what))
+            except UserError as err:
+                failure = err
+        if ranks.enabled and distributed.max_over_ranks(int(failure is not None), group=vote_group):
+            raise failure or UserError(f"rank 0 could not lock {what}={target}; see its error line")
+        if failure is not None:
+            raise failure
+        yield
+
+
+def model_checkpoint_bytes(learner, models) -> int:
+    """About what the learner adds to a checkpoint: its state now, plus two Adam moments
+    per parameter (the optimisers allocate them at their first step)."""
+    parameter_bytes = sum(p.numel() * p.element_size() for p in models.modules.parameters())
+    return ckpt.state_bytes(learner.state_dict()) + 2 * parameter_bytes
+
+
+def load_compile_artifact(cfg: Config, run_dir: Path, resumed_state: dict | None, overridden: set[str]) -> str | None:
+    """Load the compile-cache artifact this run may use (compile_cache.artifact_to_load);
+    returns the sha256 of the run's own artifact when it was checked against the
+    checkpoint, for the next checkpoint to record again."""
+    resumed = resumed_state is not None
+    vouched = resumed_state.get("compile_artifact_sha256") if resumed else None
+    given = not resumed or resume.given_on_command_line("compile.cache_artifact", overridden)
+    artifact = compile_cache.artifact_to_load(cfg.compile, run_dir, resumed=resumed, given=given,
+                                              vouched_sha256=vouched)
+    if artifact is None or not cfg.compile.enabled:
+        return None
+    data = compile_cache.read_artifact(artifact)
+    if data is None:
+        return None
+    compile_cache.load_bytes(data, artifact.path)
+    return artifact.sha256 or None  # the run's own file, checked: still the one it wrote
 
 
 def collection_cost(cfg: Config, env, policy, device: torch.device) -> float | None:

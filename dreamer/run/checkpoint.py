@@ -1,13 +1,20 @@
 """Checkpoints: atomic writes (temp file + fsync + rename), rotation, a manifest, newest-first load.
 
 Each ``checkpoints/ckpt_<updates>.pt`` carries a ``manifest`` (config hash,
-updates, torch/torchrl versions). A file that cannot be read, or whose
-manifest does not match its config (bit rot, a hand-edited file), is skipped
-with one warning line and the previous checkpoint is used.
+updates, torch/torchrl versions) and a sha256 of its bytes, written in the
+same pass as the file and checked before it is loaded
+(:mod:`dreamer.run.integrity`). A file that cannot be read, whose digest does
+not match (bit rot, truncation, an edited file) or whose manifest does not
+match its config is moved aside as ``ckpt_<updates>.pt.corrupt`` with one
+warning line, and the previous checkpoint is used: rotation no longer counts
+it, and no later resume can go back to the timeline it started.
 
 Checkpoints hold tensors and plain Python types only, and are loaded with
 ``torch.load(weights_only=True)``: a checkpoint file someone hands you cannot
-run code. A file that needs more (a pickled object) is refused in one line.
+run code. A file that needs more (a pickled object), or whose zip entries
+declare more bytes than the file holds (a compressed entry that would inflate
+in memory), is refused in one line. Running out of memory while loading is
+said as such, never taken for an unreadable file.
 """
 
 from __future__ import annotations
@@ -15,9 +22,11 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import os
 import pickle
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -26,8 +35,10 @@ import numpy as np
 import torch
 
 from dreamer.errors import UserError
+from dreamer.run import integrity
 
 CHECKPOINT_DIR = "checkpoints"
+log = logging.getLogger("dreamer")
 
 
 def rng_state() -> dict:
@@ -89,27 +100,72 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class _WriteErrorRecorder:
-    """A file wrapper that keeps the OS error of a failed write: torch's zip writer
-    reports a short write only as "unexpected pos", hiding ENOSPC / EFBIG."""
-
-    def __init__(self, f):
-        self.f = f
-        self.error: OSError | None = None
-
-    def write(self, data) -> int:
-        try:
-            return self.f.write(data)
-        except OSError as err:
-            self.error = err
-            raise
-
-    def flush(self) -> None:
-        self.f.flush()
-
-
 class CheckpointWriteError(UserError):
     """The disk refused a checkpoint; the previous one is untouched."""
+
+
+def state_bytes(state) -> int:
+    """Bytes of tensor data in ``state``, each storage counted once: what torch.save
+    writes, less a little zip and pickle framing."""
+    seen, total, stack = set(), 0, [state]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, torch.Tensor):
+            storage = value.untyped_storage()
+            key = (value.device, storage.data_ptr(), storage.nbytes())
+            if key not in seen:
+                seen.add(key)
+                total += storage.nbytes()
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+    return total
+
+
+def _with_framing(payload: int) -> int:
+    return payload + payload // 100 + 4 * 2**20
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def _previous(run_dir: Path) -> str:
+    previous = list_checkpoints(run_dir)
+    return f"the previous checkpoint {previous[-1]} is intact" if previous else "no earlier checkpoint exists"
+
+
+def check_free_space(run_dir: Path, final: Path, state: dict) -> None:
+    """Refuse (one line, nothing written) a checkpoint the file system cannot hold."""
+    need = _with_framing(state_bytes(state))
+    free = shutil.disk_usage(final.parent).free
+    if need > free:
+        raise CheckpointWriteError(
+            f"could not write checkpoint {final}: it needs about {_gib(need)} and its file system has {_gib(free)} "
+            f"free; {_previous(run_dir)}: free disk space, then resume={run_dir}"
+        )
+
+
+def check_replay_checkpoint_space(run_dir: Path, replay_bytes: int, model_bytes: int, keep: int) -> None:
+    """checkpoint.replay=true, checked at start: a checkpoint of the full replay buffer
+    must fit on the run directory's file system (one line otherwise); keep+1 of them
+    exist at peak (the new one is written before the oldest is removed), said in one
+    warning line when they would not fit."""
+    one = _with_framing(replay_bytes + model_bytes)
+    peak = (keep + 1) * one
+    free = shutil.disk_usage(run_dir).free
+    existing = sum(p.stat().st_size for p in list_checkpoints(run_dir))
+    sizes = (f"a checkpoint with the full replay buffer takes about {_gib(one)} ({_gib(replay_bytes)} of replay, "
+             f"{_gib(model_bytes)} of weights and optimiser state), {keep + 1} of them at peak with checkpoint.keep="
+             f"{keep} ({_gib(peak)})")
+    if one > free:
+        raise UserError(f"checkpoint.replay=true: {sizes}, but {run_dir} has {_gib(free)} free: free disk space, "
+                        "lower buffer.capacity, or set checkpoint.replay=false")
+    if peak > free + existing:
+        log.warning("checkpoint.replay=true: %s, but %s has %s free besides its checkpoints: checkpoints will fail "
+                    "once the buffer fills, unless space is freed or checkpoint.keep lowered", sizes, run_dir,
+                    _gib(free + existing))
 
 
 def save_checkpoint(run_dir: Path, state: dict, updates: int, keep: int) -> Path:
@@ -126,11 +182,13 @@ def save_checkpoint(run_dir: Path, state: dict, updates: int, keep: int) -> Path
     final = directory / f"ckpt_{updates:010d}.pt"
     tmp = directory / f".{final.name}.tmp"
     state = {**state, "manifest": make_manifest(state, updates)}
+    check_free_space(run_dir, final, state)
     recorder = None
     try:
         with open(tmp, "wb") as f:
-            recorder = _WriteErrorRecorder(f)
+            recorder = integrity.DigestingWriter(f)
             torch.save(state, recorder)
+            recorder.seal()
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, final)
@@ -139,11 +197,10 @@ def save_checkpoint(run_dir: Path, state: dict, updates: int, keep: int) -> Path
         err = recorder.error if recorder is not None and recorder.error is not None else caught
         if not isinstance(err, OSError):
             raise
-        previous = list_checkpoints(run_dir)
-        kept = f"the previous checkpoint {previous[-1]} is intact" if previous else "no earlier checkpoint exists"
         reason = err.strerror or errno.errorcode.get(err.errno or 0, str(err))
         raise CheckpointWriteError(
-            f"could not write checkpoint {final} ({reason}); {kept}: free disk space, then resume={run_dir}"
+            f"could not write checkpoint {final} ({reason}); {_previous(run_dir)}: free disk space, "
+            f"then resume={run_dir}"
         ) from err
     finally:
         tmp.unlink(missing_ok=True)
@@ -174,6 +231,11 @@ _LEGACY_SAFE_GLOBALS = [
 
 
 def _read(path: Path) -> dict:
+    try:
+        integrity.check(path)  # before torch reads anything
+    except integrity.OversizedFile as err:
+        raise UnsafeCheckpoint(f"checkpoint {path} {err}: refused (dreamer writes uncompressed checkpoints; "
+                               "do not load files you do not trust)") from None
     # mmap: tensors stay in the page cache until copied into the live modules and
     # replay storage, so a saved replay is not held twice in RAM on resume.
     try:
@@ -191,8 +253,31 @@ def _read(path: Path) -> dict:
     return state
 
 
+def _out_of_memory(err: BaseException) -> bool:
+    """torch reports a failed allocation as a RuntimeError, Python as MemoryError."""
+    return isinstance(err, MemoryError) or (
+        isinstance(err, RuntimeError) and any(s in str(err) for s in ("can't allocate memory", "not enough memory"))
+    )
+
+
+def move_aside(path: Path, reason: str) -> Path | None:
+    """Rename an unreadable checkpoint to ``<name>.corrupt`` (kept for inspection, no
+    longer a checkpoint: not listed, not rotated, never resumed); one warning line."""
+    aside = path.with_name(path.name + ".corrupt")
+    try:
+        os.replace(path, aside)
+    except OSError as err:
+        print(f"warning: checkpoint {path} is unreadable ({reason}) and could not be moved aside "
+              f"({err.strerror}); using the previous one", file=sys.stderr)
+        return None
+    print(f"warning: checkpoint {path} is unreadable ({reason}); moved aside to {aside.name}, "
+          "using the previous one", file=sys.stderr)
+    return aside
+
+
 def load_latest(run_dir: Path) -> dict:
-    """The newest readable checkpoint of ``run_dir``; its path is under ``"path"``."""
+    """The newest readable checkpoint of ``run_dir``; its path is under ``"path"``.
+    Newer unreadable ones are moved aside (:func:`move_aside`)."""
     candidates = list_checkpoints(run_dir)
     if not candidates:
         raise UserError(
@@ -205,10 +290,14 @@ def load_latest(run_dir: Path) -> dict:
         except UnsafeCheckpoint:
             raise
         except Exception as err:  # truncated / corrupted: fall back to the previous one
-            reason = (str(err).splitlines() or [""])[0][:200]
-            print(f"warning: checkpoint {path} is unreadable ({err.__class__.__name__}: {reason}); "
-                  "using the previous one", file=sys.stderr)
+            if _out_of_memory(err):
+                raise UserError(
+                    f"resume={run_dir}: ran out of memory loading {path} ({path.stat().st_size / 2**30:.2f} GiB); "
+                    "free memory or resume on a machine with more, the checkpoint is left as it is"
+                ) from None
+            move_aside(path, f"{err.__class__.__name__}: {(str(err).splitlines() or [''])[0][:200]}")
             continue
         state["path"] = str(path)
         return state
-    raise UserError(f"resume={run_dir}: every checkpoint is unreadable")
+    raise UserError(f"resume={run_dir}: every checkpoint is unreadable (moved aside as *.corrupt in "
+                    f"{Path(run_dir) / CHECKPOINT_DIR})")

@@ -52,6 +52,11 @@ def _touched(key: str, overridden: set[str]) -> bool:
     return any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in overridden)
 
 
+def given_on_command_line(key: str, overridden: set[str]) -> bool:
+    """Whether this command line set ``key`` (named, or through a section or group)."""
+    return _touched(key, overridden)
+
+
 def merge(saved: dict, requested: Config, overridden: set[str]) -> Config:
     """The saved config, with the allow-listed keys this command line gave taken from
     it. A key it did not give keeps the saved run's value: ``resume=DIR`` alone
@@ -108,11 +113,17 @@ def refuse_run_dir_with_checkpoints(run_dir: Path) -> None:
         )
 
 
-def open_run(requested: Config, overridden: set[str]) -> tuple[Path, Config, dict]:
-    """(run_dir, config to use, checkpoint state) for ``resume=RUN_DIR``."""
+def run_dir_to_resume(requested: Config) -> Path:
+    """The directory ``resume=`` names; one line if it does not exist."""
     run_dir = Path(requested.resume)
     if not run_dir.is_dir():
         raise UserError(f"resume={run_dir}: no such directory; pass a run directory (it holds checkpoints/)")
+    return run_dir
+
+
+def open_run(requested: Config, overridden: set[str]) -> tuple[Path, Config, dict]:
+    """(run_dir, config to use, checkpoint state) for ``resume=RUN_DIR``."""
+    run_dir = run_dir_to_resume(requested)
     state = ckpt.load_latest(run_dir)
     refuse_overrides(state["config"], requested, overridden)
     check_compatible(run_dir, state)

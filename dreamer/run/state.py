@@ -15,6 +15,7 @@ from dreamer.data.replay import load_replay_state, replay_state
 from dreamer.run import checkpoint as ckpt
 from dreamer.run.cadence import Every, Ratio
 from dreamer.run.stopping import Stopper
+from dreamer.system import compile_cache
 from dreamer.system.distributed import Ranks
 from dreamer.system.profiling import TraceWindow
 
@@ -72,6 +73,9 @@ class Run:
     openloop: bool  # log open-loop imagination videos at each eval
     resumed: bool
     counters: Counters = field(default_factory=Counters)
+    # sha256 of <run_dir>/compile_cache.bin as this run wrote (or loaded and checked) it;
+    # the checkpoint records it so a resume loads only that file (dreamer.system.compile_cache).
+    compile_artifact_sha256: str | None = None
     collection: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     teardown: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
@@ -88,6 +92,7 @@ class Run:
             "cadence": self.cadence.state_dict(),
             "rng": ckpt.rng_state(),
             "logger": self.logger.state_dict(),  # the W&B run id and step registry (plain types)
+            "compile_artifact_sha256": self.compile_artifact_sha256,
             **({"replay": replay_state(self.replay)} if self.cfg.checkpoint.replay else {}),
         }
 
@@ -104,9 +109,15 @@ class Run:
             log.info("replay buffer not in the checkpoint (checkpoint.replay=false): refilling it")
         # Its run id was used when the logger was built (build_run); here its counters.
         self.logger.load_state_dict(state.get("logger", {}))
-        self.logger.rewind(c["updates"], c["frames"])  # records logged after this checkpoint are replayed anew
+        self.logger.rewind(c["updates"])  # records logged after this checkpoint are replayed anew
         log.info("checkpoint %s", state["path"])
         log.info("resumed from %s at frames=%d updates=%d", self.run_dir, c["frames"], c["updates"])
+
+    def save_compile_artifact(self) -> None:
+        """What this process compiled, to <run_dir>/compile_cache.bin; its digest goes into the next checkpoint."""
+        digest = compile_cache.save_artifact(self.run_dir)
+        if digest is not None:
+            self.compile_artifact_sha256 = digest
 
     def save(self) -> Path | None:
         if not self.ranks.is_main:

@@ -172,7 +172,7 @@ class Trainer:
             n.timers["compile_warmup_s"] = seconds
             log.info("compile warm-up: %.1f s", seconds)
             if r.cfg.compile.enabled and r.ranks.is_main:  # one writer per run dir
-                compile_cache.save_artifact(r.run_dir)  # portable: compile.cache_artifact=<this file>
+                r.save_compile_artifact()  # portable: compile.cache_artifact=<this file>
         self.warm = True
         self.steady_start, self.updates0, self.frames0 = time.perf_counter(), n.updates, n.frames
         n.timers["eval_s"] = 0.0
@@ -236,7 +236,7 @@ class Trainer:
                         "should have left in the cache: the switch took %.0f s instead of seconds",
                         lookups["misses"], seconds)
         if r.ranks.is_main:
-            compile_cache.save_artifact(r.run_dir)
+            r.save_compile_artifact()
 
     def _evaluate(self) -> None:
         r, n, c = self.r, self.r.counters, self.r.cfg

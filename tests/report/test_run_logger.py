@@ -65,7 +65,7 @@ def test_every_attempt_of_a_run_directory_logs_under_one_wandb_run_id(offline_wa
     run_id = saved["local"]["id"]
     assert [run_ids(folder) for folder in folders] == [{run_id}] * 3
     assert all(f"-{run_id}" in folder.name for folder in folders)  # offline-run-<time>-<id>[-<n>]
-    assert json.loads((run_dir / "wandb_run.json").read_text()) == {"run_id": saved["local"]["id"]}
+    assert json.loads((run_dir / "wandb_run.json").read_text()) == {"run_id": saved["local"]["id"], "attempts": 3}
 
 
 def test_each_record_is_one_wandb_history_row_at_step_env_frames(offline_wandb, tmp_path):
@@ -93,7 +93,7 @@ def test_rewind_cuts_metrics_and_csv_back_to_the_checkpoint_and_drops_a_torn_lin
         f.write("500,-0.2")  # killed mid-row
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"frames": 500, "upd')
-    logger.rewind(updates=2, frames=200)
+    logger.rewind(updates=2)
     for name in ("loss_model", "loss_actor", "updates", "eval_return_mean"):
         steps = [line.split(",")[0] for line in (scalars / f"{name}.csv").read_text().splitlines()]
         assert steps == ["100", "200"], name
@@ -117,11 +117,11 @@ def test_a_run_stopped_before_its_first_record_finishes_without_a_curve_and_one_
 def test_a_rank_other_than_0_and_logger_none_write_nothing_and_save_no_state(tmp_path):
     idle = _logger(tmp_path / "rank1", enabled=False)
     idle.log(_record(100, 1))
-    idle.rewind(0, 0)
+    idle.rewind(0)
     assert idle.state_dict() == {} and not (tmp_path / "rank1").exists()
     none = _logger(tmp_path / "none", backend="none")
     none.log(_record(100, 1))
-    none.rewind(1, 100)
+    none.rewind(1)
     assert none.state_dict() == {}
     assert sorted(p.name for p in (tmp_path / "none").iterdir()) == ["metrics.jsonl"]
 

@@ -109,7 +109,7 @@ class FakeLogger:
     def close(self):
         self.calls["logger.close"] += 1
 
-    def rewind(self, updates, frames):
+    def rewind(self, updates):
         self.calls["logger.rewind"] += 1
 
 

@@ -86,7 +86,7 @@ def test_missing_explicit_artifact_is_one_clear_error(tmp_path):
 def test_a_resumed_run_loads_its_own_artifact_and_a_new_run_does_not(tmp_path):
     own = tmp_path / compile_cache.ARTIFACT_NAME
     own.write_bytes(b"x")
-    assert compile_cache.artifact_to_load(CompileConfig(), tmp_path, resumed=True) == own
+    assert compile_cache.artifact_to_load(CompileConfig(), tmp_path, resumed=True).path == own
     assert compile_cache.artifact_to_load(CompileConfig(), tmp_path, resumed=False) is None
 
 
