@@ -7,13 +7,14 @@ Its source is not ours to ship: DIR is a checkout of that commit (`git clone` da
 `git checkout e3f02248`) whose requirements (jax, elements, ninjax, portal, granular, ruamel.yaml, optax,
 chex, einops, jaxtyping) the Python running it has; the side puts DIR on its PYTHONPATH.
 
-Built as its main.py's ``make_agent`` builds the agent: configs.yaml's defaults, then the sizes read off
-our composed config (``jax_config``): RSSM deter / hidden / stoch / classes / blocks, MLP units and
-layers (its reward and continue heads at algo.mlp_layers layers, as ours; its default is 1), CNN depth,
-two-hot bins, imagination horizon, batch B x T, replay_context 0 (every sequence starts from zeros, as
-ours), bfloat16 compute on CUDA (float32 on the CPU), its profiler off, GPU memory allocated as needed
-(other sides share the GPU). Timed: ``agent.train(carry, batch)`` until its new parameters are ready, on
-batches of random Pendulum-v1 play (states) fed through ``agent.stream`` outside the timing.
+Built as its main.py's ``make_agent`` builds the agent: configs.yaml's defaults, then what our composed
+config sets (``jax_config``): RSSM deter / hidden / stoch / classes / blocks, MLP units and layers (its
+reward and continue heads at algo.mlp_layers layers, as ours; its default is 1), CNN depth, two-hot bins,
+imagination horizon, batch B x T, replay_context 0 (every sequence starts from zeros, as ours), loss
+weights, optimiser, returns and slow critic; bfloat16 compute on CUDA (float32 on the CPU), its profiler
+off, GPU memory allocated as needed (other sides share the GPU). Timed: ``agent.train(carry, batch)``
+until its new parameters are ready, on batches of random Pendulum-v1 play (states) fed through
+``agent.stream`` outside the timing.
 """
 
 from __future__ import annotations
@@ -54,6 +55,14 @@ def jax_config(cfg) -> dict:
         "agent.enc.simple.depth": a.encoder_channels, "agent.dec.simple.depth": a.encoder_channels,
         "agent.rewhead.bins": a.num_bins, "agent.value.bins": a.num_bins,
         "agent.imag_length": a.imagination_horizon, "agent.horizon": round(1 / (1 - a.gamma)),
+        # Not compute, but ours: loss weights, optimiser, returns, slow critic.
+        "agent.loss_scales.dyn": a.dyn_loss_scale, "agent.loss_scales.rep": a.rep_loss_scale,
+        "agent.loss_scales.repval": a.replay_value_scale, "agent.repval_loss": a.replay_value_scale > 0,
+        "agent.opt.lr": a.world_model_lr, "agent.opt.agc": a.agc, "agent.opt.eps": a.adam_eps,
+        "agent.opt.warmup": a.lr_warmup_steps, "agent.imag_loss.actent": a.entropy_scale,
+        "agent.imag_loss.lam": a.lmbda, "agent.repl_loss.lam": a.lmbda, "agent.imag_loss.slowreg": a.slow_critic_reg,
+        "agent.repl_loss.slowreg": a.slow_critic_reg, "agent.slowvalue.rate": a.slow_critic_tau,
+        "agent.retnorm.rate": a.return_norm_rate, "agent.retnorm.limit": a.return_norm_min_scale,
         "jax.platform": "cuda" if cuda else "cpu",
         "jax.compute_dtype": "bfloat16" if cuda and cfg.autocast != "off" else "float32",
         "jax.prealloc": False,
