@@ -128,8 +128,9 @@ def plan(size: str, overrides: list[str], args, cache_dir: str) -> tuple[dict, d
         if why:
             skips[side] = why
             continue
-        spec = {"kind": "ours", "overrides": [*overrides, *extra, f"compile.cache_dir={cache_dir}/{side}"],
-                "fill_steps": fill, "random_actions": True}
+        # The replay holds what it is filled with: no preset-sized page-locked storage per side.
+        spec = {"kind": "ours", "overrides": [*overrides, *extra, f"compile.cache_dir={cache_dir}/{side}",
+                                              f"buffer.capacity={fill}"], "fill_steps": fill, "random_actions": True}
         plans[side] = (sys.executable, spec, {})
     # TorchRL's auto: compiled and captured on CUDA, eager elsewhere.
     recipe = torchrl_v3.recipe_config(cfg, compiled=cuda, cuda=cuda)
