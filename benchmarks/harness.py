@@ -1,23 +1,41 @@
 """What every benchmark here shares: a preset composed as ``python -m dreamer`` composes it, our
 learner with a replay filled by its acting policy, timed calls (median wall and process-CPU
-seconds), and a JSON report that names the machine it was measured on.
+seconds), sides of a side-by-side benchmark each in its own process (``SideProcess`` / ``serve``),
+and a JSON report that names the machine it was measured on.
 
 Benchmarks import it by name (``from harness import ...``): ``python benchmarks/NAME.py`` puts
-this folder first on ``sys.path``. Nothing here imports ``dreamer`` at module level, so a peer's
-side of a benchmark can run in a Python without it (benchmarks/peers.py's sheeprl venv).
+this folder first on ``sys.path``. Nothing here imports ``dreamer`` or ``torch`` at module level, so a
+peer's side of a benchmark can run in a Python without them (benchmarks/peers.py's sheeprl venv).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import platform
+import select
+import signal
 import statistics
 import subprocess
+import sys
+import tempfile
 import time
+import typing
 from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
+# The config key that picks our update path, and its values: ``card`` (the design card's: world model
+# eager, actor/value losses compiled), ``whole`` (the one-function update compiled, no graph) and
+# ``captured`` (that update in CUDA graphs; CUDA only). One place to rename it.
+UPDATE_PATH_KEY = "compile.update"
+# Module rows of the parameter tables -> our learner.models.modules keys; peers count theirs per row.
+PARAM_ROWS = {
+    "encoder": ["encoder"], "decoder": ["decoder"], "rssm prior (GRU + prior head)": ["prior"],
+    "rssm posterior": ["posterior"], "reward": ["reward"], "continue": ["continuation"],
+    "actor": ["actor"], "critic": ["value"],
+}
 
 
 def compose(overrides: list[str]):
@@ -33,16 +51,20 @@ def compose(overrides: list[str]):
         return load_config(hydra_compose("config", overrides=overrides))
 
 
-def build(cfg, fill_steps: int | None = None):
-    """(learner, replay) on the CPU, the replay filled by ``fill_steps`` steps of the acting policy
-    (default: 4 batches of sequences, at least 1000) as a collector would fill it; prefetch off, so
-    nothing runs beside the timing. With ``retain_host_memory`` (the default) this process's malloc
-    keeps freed memory, as the app's learner process does (dreamer/run/build.py)."""
+def build(cfg, fill_steps: int | None = None, random_actions: bool = False):
+    """(learner, replay) on ``cfg.device`` (``auto`` and ``cpu``: the CPU), the replay filled by
+    ``fill_steps`` steps (default: 4 batches of sequences, at least 1000) of the acting policy as a
+    collector would fill it, or of random actions (``random_actions``: what a GPU-sized model would
+    take minutes to act on a CPU for); prefetch off, so nothing runs beside the timing. Autocast and
+    CUDA math as the app sets them (``cfg.autocast``, ``cfg.cuda_fast_math``); with
+    ``retain_host_memory`` (the default) this process's malloc keeps freed memory, as the app's learner
+    process does (dreamer/run/build.py)."""
     import torch
 
     from dreamer.algos.registry import algorithm
     from dreamer.data.replay import make_replay_buffer, write
     from dreamer.envs.factory import close_env, make_env
+    from dreamer.system.device import configure_cuda_math, resolve_autocast
     from dreamer.system.memory import retain_freed_host_memory
     from torchrl_ext.tensordict_fast_path import install_from_any_fast_path
 
@@ -50,17 +72,20 @@ def build(cfg, fill_steps: int | None = None):
     if cfg.retain_host_memory:
         retain_freed_host_memory()
     cfg.buffer.prefetch = 0
-    cpu = torch.device("cpu")
+    device = torch.device("cpu" if cfg.device == "auto" else cfg.device)
+    autocast = resolve_autocast(cfg.autocast, device)
+    configure_cuda_math(device, cfg.cuda_fast_math)
     env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
     try:
         build_models, learner_cls = algorithm(cfg.algo.name)
-        models = build_models(cfg.algo, cfg.env, env, cpu)
-        learner = learner_cls(cfg.algo, cfg.compile, models, cpu,
-                              batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length)
-        replay = make_replay_buffer(cfg.buffer, cpu)
+        models = build_models(cfg.algo, cfg.env, env, device)
+        learner = learner_cls(cfg.algo, cfg.compile, models, device, batch_size=cfg.buffer.batch_size,
+                              batch_length=cfg.buffer.batch_length, autocast_dtype=autocast)
+        replay = make_replay_buffer(cfg.buffer, device)
         steps = fill_steps or max(4 * cfg.buffer.batch_size * cfg.buffer.batch_length, 1000)
+        policy = None if random_actions else models.policy(explore=True)
         with torch.no_grad():
-            rollout = env.rollout(steps, models.policy(explore=True), break_when_any_done=False)
+            rollout = env.rollout(steps, policy, break_when_any_done=False).to("cpu")
     finally:
         close_env(env)
     rollout["collector", "traj_ids"] = torch.zeros(rollout.shape[0], dtype=torch.long)
@@ -68,17 +93,21 @@ def build(cfg, fill_steps: int | None = None):
     return learner, replay
 
 
-def time_calls(call: Callable, next_input: Callable, warmup: int, reps: int) -> dict:
+def time_calls(call: Callable, next_input: Callable, warmup: int, reps: int,
+               sync: Callable[[], None] = lambda: None) -> dict:
     """Median wall and process-CPU seconds of ``reps`` calls of ``call(next_input())`` after ``warmup``
     untimed ones (``next_input`` runs outside the timing): ``wall_s``, ``cpu_s`` and every wall time
-    (process CPU time is the steadier figure on a shared machine)."""
+    (process CPU time is the steadier figure on a shared machine). ``sync`` waits for the device
+    (``torch.cuda.synchronize`` on a GPU) before each call starts and before it is counted done."""
     for _ in range(warmup):
         call(next_input())
     walls, cpus = [], []
     for _ in range(reps):
         arg = next_input()
+        sync()
         wall, cpu = time.perf_counter(), time.process_time()
         call(arg)
+        sync()
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
     return {"wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus), "walls": walls}
@@ -118,3 +147,191 @@ def write_report(path: Path | None, result: dict) -> None:
     """``result`` with the machine it was measured on, as JSON at ``path`` (nothing when None)."""
     if path is not None:
         Path(path).write_text(json.dumps({"machine": machine(), **result}, indent=2))
+
+
+# -- our update path --------------------------------------------------------------------------------------
+def schema_has(key: str) -> bool:
+    """Whether our config schema (dreamer/config/schema.py) has the dotted ``key``: a side that needs a key
+    that has not landed yet skips instead of failing."""
+    from dreamer.config.schema import Config
+
+    node = Config
+    for part in key.split("."):
+        hints = typing.get_type_hints(node) if dataclasses.is_dataclass(node) else {}
+        if part not in hints:
+            return False
+        node = hints[part]
+    return True
+
+
+def update_path_overrides(path: str) -> tuple[list[str], str | None]:
+    """(Hydra overrides that run our update path ``path``, None), or ([], why it cannot run here): before
+    UPDATE_PATH_KEY exists, today's learner is the card path and the others do not exist."""
+    if schema_has(UPDATE_PATH_KEY):
+        return [f"{UPDATE_PATH_KEY}={path}"], None
+    if path == "card":
+        return [], None
+    return [], f"our {path} update path needs {UPDATE_PATH_KEY}, which this checkout's config schema lacks"
+
+
+def shipped_update_path(cfg) -> str:
+    """The update path ``cfg`` runs as composed: ``eager`` with compile off, else UPDATE_PATH_KEY's value
+    (``card`` before that key exists)."""
+    if not cfg.compile.enabled:
+        return "eager"
+    value = cfg
+    for part in UPDATE_PATH_KEY.split("."):
+        value = getattr(value, part, None)
+    return str(value) if value is not None else "card"
+
+
+# -- sides of a side-by-side benchmark, each in its own process -------------------------------------------
+@dataclasses.dataclass
+class Built:
+    """A side, built inside its own process."""
+
+    update: Callable  # batch -> None: one training update
+    next_batch: Callable  # () -> batch, outside the timing
+    params: dict  # PARAM_ROWS row -> parameters
+    compile_warmup_s: float | None = None
+    sync: Callable[[], None] = lambda: None  # waits for the side's device: time_calls's ``sync``
+
+
+def count_params(*modules) -> int:
+    return sum(p.numel() for m in modules for p in m.parameters())
+
+
+def build_ours(spec: dict) -> Built:
+    """Our learner (``spec["overrides"]``) and a replay filled as :func:`build` fills it (``fill_steps``,
+    ``random_actions``), compiled and warmed up before its first timed update where ``compile.enabled``
+    (the warm-up's seconds reported: cold unless compile.cache_dir holds a warm cache)."""
+    import torch
+
+    from dreamer.system import compile_cache
+
+    cfg = compose(spec["overrides"])
+    torch.manual_seed(cfg.seed)
+    learner, replay = build(cfg, spec.get("fill_steps"), spec.get("random_actions", False))
+    modules = learner.models.modules
+    params = {row: count_params(*(modules[k] for k in keys)) for row, keys in PARAM_ROWS.items()}
+    warmup_s = None
+    if cfg.compile.enabled:
+        compile_cache.use_cache_dir(cfg.compile)
+        learner.compile()
+        warmup_s = learner.warmup(replay.sample())
+    sync = torch.cuda.synchronize if learner.device.type == "cuda" else (lambda: None)
+    return Built(learner.update, replay.sample, params, warmup_s, sync)
+
+
+def serve(builders: dict[str, Callable[[dict], Built]], spec: dict) -> int:
+    """A side's process: ``builders[spec["kind"]](spec)``, say so (parameters, compile warm-up, build
+    seconds, or the error that stopped the build), then time rounds on request. Replies are JSON lines on
+    the real stdout; anything the libraries print goes to stderr (the parent's log file)."""
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    if spec.get("threads"):
+        import torch
+
+        torch.set_num_threads(spec["threads"])
+    start = time.perf_counter()
+    try:
+        side = builders[spec["kind"]](spec)
+    except Exception as err:  # the parent reports it as this side's failure (its log has the traceback)
+        import traceback
+
+        traceback.print_exc()
+        replies.write(json.dumps({"error": f"{type(err).__name__}: {str(err).strip()}".splitlines()[0][:400]}) + "\n")
+        return 1
+    replies.write(json.dumps({"params": side.params, "compile_warmup_s": side.compile_warmup_s,
+                              "build_s": time.perf_counter() - start}) + "\n")
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["op"] == "stop":
+            break
+        replies.write(json.dumps(time_calls(side.update, side.next_batch, request["warmup"], request["reps"],
+                                            side.sync)) + "\n")
+    return 0
+
+
+class SideFailed(RuntimeError):
+    """A side's process died, hung, or reported that its build failed."""
+
+
+class SideTimeout(SideFailed):
+    """A side's process said nothing within the time it was given (it is stopped)."""
+
+
+class SideProcess:
+    """One side in its own process (``python SCRIPT --serve SPEC``, which calls :func:`serve`), spoken to
+    in JSON lines; its output goes to a log file, whose tail a failure carries. Starting it returns at
+    once: :meth:`built` waits for its build, so several sides can build side by side."""
+
+    def __init__(self, name: str, python: str, script: Path, spec: dict, *, threads: int | None = None,
+                 env: dict | None = None, timeout_s: float = 1800):
+        self.name, self.timeout_s, self.info = name, timeout_s, None
+        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"side_{name}_", suffix=".log")
+        env = {**os.environ, **(env or {}), **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+        # Its own process group: a side killed mid-build takes its compile workers with it.
+        self.proc = subprocess.Popen([python, str(script), "--serve", json.dumps(spec)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,
+                                     start_new_session=True)
+
+    def built(self, timeout_s: float | None = None) -> dict:
+        """Its build reply (``params``, ``compile_warmup_s``, ``build_s``), waiting at most ``timeout_s``."""
+        if self.info is None:
+            self.info = self._reply("build", timeout_s)
+        return self.info
+
+    def time(self, warmup: int, reps: int) -> dict:
+        """``warmup`` untimed updates, then :func:`time_calls`'s figures for ``reps`` timed ones."""
+        try:
+            self.proc.stdin.write(json.dumps({"op": "time", "warmup": warmup, "reps": reps}) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # _reply reports the dead process
+        return self._reply("time")
+
+    def _reply(self, what: str, timeout_s: float | None = None) -> dict:
+        timeout_s = self.timeout_s if timeout_s is None else max(timeout_s, 0.0)
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        line = self.proc.stdout.readline() if ready else ""
+        reply = json.loads(line) if line else None
+        if reply is not None and "error" not in reply:
+            return reply
+        alive = self.proc.poll() is None
+        self.log.flush()
+        self.log.seek(0)
+        tail = "".join(self.log.readlines()[-25:])
+        self.kill()
+        if reply is not None:
+            raise SideFailed(f"{tail}\nthe {self.name} side failed on {what!r}: {reply['error']}")
+        if alive:
+            raise SideTimeout(f"{tail}\nthe {self.name} side said nothing on {what!r} within {timeout_s:.0f} s")
+        raise SideFailed(f"{tail}\nthe {self.name} side's process died on {what!r} "
+                         f"(exit code {self.proc.returncode}; its log above)")
+
+    def stop(self) -> None:
+        """Ask it to stop (kill it if it does not within 60 s); idempotent."""
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(json.dumps({"op": "stop"}) + "\n")
+                self.proc.stdin.close()
+            except (BrokenPipeError, ValueError):
+                pass
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        """End its process group now (a hung or failed side, or one cut by a time budget); idempotent."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        if not self.log.closed:
+            self.log.close()

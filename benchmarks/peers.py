@@ -1,75 +1,94 @@
-"""Seconds per DreamerV3 update: ours against sheeprl 0.8.4's DreamerV3 (`dreamer_v3_5`), side by side.
+"""Seconds per DreamerV3 update: ours against sheeprl 0.8.4's DreamerV3 (`dreamer_v3_5`) and TorchRL's own
+DreamerV3 stepper, side by side.
 
     python benchmarks/peers.py --rounds 3 --reps 5 --json out.json     # both configs, every side
     python benchmarks/peers.py --configs pendulum --sides ours sheeprl
-    python benchmarks/peers.py --sides ours                            # without sheeprl installed
+    python benchmarks/peers.py --sides ours torchrl                    # without sheeprl installed
     python benchmarks/peers.py --sheeprl-python ~/venv-peers/bin/python  # sheeprl in its own venv
 
 sheeprl comes from the `peers` extra, installed with torch held at ours:
-`echo torch==2.13.0 > FILE && pip install -c FILE '.[peers]'` (README, "Against peers").
+`echo torch==2.13.0 > FILE && pip install -c FILE '.[peers]'` (README, "Against peers"). TorchRL's
+stepper and its recipe come with the torchrl we install.
 
-Configs (ours, then sheeprl mapped onto the same compute; the table printed at start lists every
-setting that changes compute, and the parameter counts of both sides module by module):
+Configs (ours, then each peer mapped onto the same compute; the table printed at start lists every
+setting that changes compute, and the parameter counts of every side module by module):
   pendulum  experiment=small algo.actor_grad=reinforce (V3, 64 units, GRU 64 in 8 blocks, 16x16 latents,
             batch 16x16)
   size1m    experiment=gym_state algo.actor_grad=reinforce (size1m, batch 16x64)
 Both on Pendulum-v1's 3-d state, fp32, --threads threads. Extra Hydra overrides for ours (--overrides) are
-mapped onto sheeprl too, since the mapping is read from our composed config.
+mapped onto the peers too, since the mappings are read from our composed config.
 
-Sides, each in its own process (built one after another, so no compile warm-up overlaps a timing):
-  sheeprl        its `train(...)` (world model, imagination, actor and critic losses, one backward, LaProp
-                 step, metrics aggregator) and `update_target_critic(...)`, the calls its main loop makes
-                 per update, on [T, B] windows of a random-action Pendulum-v1 rollout; eager.
-  ours_eager     `learner.update(replay.sample())` (benchmarks/harness.py's `compose`/`build`),
-                 compile.enabled=false.
-  ours_compiled  the same with compile.enabled=true (+ --compiled-overrides: the best settings); its compile
-                 warm-up (cold: a fresh inductor cache dir unless --compile-cache-dir) is reported apart.
-"Ours as shipped" is whichever of the two the preset's own compile setting picks. --sides ours means both of ours.
+Sides, each in its own process (built one after another, so no compile warm-up overlaps another side's
+work):
+  sheeprl           its `train(...)` (world model, imagination, actor and critic losses, one backward, LaProp
+                    step, metrics aggregator) and `update_target_critic(...)`, the calls its main loop makes
+                    per update, on [T, B] windows of a random-action Pendulum-v1 rollout; eager.
+  torchrl_eager     `DreamerV3OptimizationStepper.step` as TorchRL's recipe builds it (its `_build_learner` /
+                    `_make_learner_update`; benchmarks/torchrl_v3.py) on its own replay of a random-action
+                    rollout; optimization.compile=off.
+  torchrl_compiled  the same with its whole-step compile (the RSSM as a higher-order scan); its compile
+                    warm-up is reported apart (cold: a fresh inductor cache dir).
+  ours_eager        `learner.update(replay.sample())` (benchmarks/harness.py's `compose`/`build`),
+                    compile.enabled=false.
+  ours_compiled     our card path: compile.enabled=true (+ --compiled-overrides: the best settings); its
+                    compile warm-up (cold: a fresh inductor cache dir unless --compile-cache-dir) reported apart.
+  ours_whole        our whole update as one compiled function (compile.update=whole, harness.UPDATE_PATH_KEY);
+                    skipped, with a line, where the config schema has no such key yet.
+"Ours as shipped" is whichever of ours the preset's own compile settings pick. --sides ours means all of ours,
+torchrl both of TorchRL's.
 
 Each round asks every side in turn (the order reversed every other round) for --warmup untimed updates
 then --reps timed ones, and keeps their median; a side's figure is the median over rounds, and a
-speedup is the median over rounds of the per-round ratio sheeprl_s / ours_s (measured side by side).
-Keys in --json: speedup_vs_sheeprl_pendulum and speedup_vs_sheeprl_size1m (ours as shipped), the same
-with _eager and _compiled, and under "configs" each config's mapping, parameter counts, medians
-(sheeprl_s, ours_eager_s, ours_compiled_s, ours_shipped_s, cpu seconds), compile_warmup_s and the
-per-round figures. A speedup whose sides did not run is null.
+speedup is the median over rounds of the per-round ratio peer_s / ours_s (measured side by side).
+Keys in --json, per config (pendulum, size1m): speedup_vs_sheeprl_<config> (ours as shipped), the same with
+_eager and _compiled; speedup_vs_torchrl_<config> (ours as shipped against torchrl_compiled), _eager
+(ours_eager against torchrl_eager), _compiled and _whole (ours_compiled, ours_whole against torchrl_compiled);
+and under "configs" each config's mappings, parameter counts, medians (<side>_s, <side>_cpu_s,
+ours_shipped_s), compile warm-ups and the per-round figures. A speedup whose sides did not run is null;
+"skipped" says why a side did not run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import select
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import build, compose, time_calls, write_report
+import torchrl_v3
+from harness import (
+    PARAM_ROWS,
+    Built,
+    SideFailed,
+    SideProcess,
+    build_ours,
+    compose,
+    count_params,
+    serve,
+    shipped_update_path,
+    update_path_overrides,
+    write_report,
+)
 
 SCRIPT = Path(__file__).resolve()
 SHEEPRL_VERSION = "0.8.4"
 INSTALL_HINT = (
     f"sheeprl=={SHEEPRL_VERSION} is not importable{{where}}: install it with torch held, "
     "`echo torch==2.13.0 > FILE && pip install -c FILE '.[peers]'`, or pass --sheeprl-python "
-    "a Python that has it (or --sides ours to time ours alone)"
+    "a Python that has it{alternative}"
 )
 PRESETS = {
     "pendulum": ["experiment=small", "algo.actor_grad=reinforce"],
     "size1m": ["experiment=gym_state", "algo.actor_grad=reinforce"],
 }
-SIDES = ("sheeprl", "ours_eager", "ours_compiled")
-OURS = ("ours_eager", "ours_compiled")
-# Module rows of the parameter table: ours (learner.models.modules keys) and sheeprl's (see sheeprl_modules).
-MODULES = {
-    "encoder": ["encoder"], "decoder": ["decoder"], "rssm prior (GRU + prior head)": ["prior"],
-    "rssm posterior": ["posterior"], "reward": ["reward"], "continue": ["continuation"],
-    "actor": ["actor"], "critic": ["value"],
-}
+SIDES = ("sheeprl", "torchrl_eager", "torchrl_compiled", "ours_eager", "ours_compiled", "ours_whole")
+GROUPS = {"ours": ("ours_eager", "ours_compiled", "ours_whole"), "torchrl": ("torchrl_eager", "torchrl_compiled")}
+# Our update path (harness.shipped_update_path) -> the side that runs it.
+PATH_SIDES = {"eager": "ours_eager", "card": "ours_compiled", "whole": "ours_whole"}
 # A side that says nothing for this long (a cold compile warm-up included) is hung.
 SIDE_TIMEOUT_S = 1800
 
@@ -141,10 +160,10 @@ def mapping(cfg, threads: int) -> list[Mapped]:
                [f"algo.optimizer.lr={a.world_model_lr}", f"algo.optimizer.agc={a.agc}",
                 f"algo.optimizer.eps={a.adam_eps}", f"algo.optimizer.warmup={a.lr_warmup_steps}"],
                "not a setting: sheeprl takes one LaProp+AGC step over all weights after one backward"),
-        Mapped("precision", "fp32 (no autocast on CPU)", ["fabric.precision=32-true",
-               "float32_matmul_precision=highest"], "fp32 as asked; its default 'high' timed the same on this CPU"),
-        Mapped("compile", "per side: ours_eager off, ours_compiled on (actor/value losses and, with "
-               f"compile.rssm_step={cfg.compile.rssm_step}, the RSSM step; the world model's loop eager)",
+        precision_row(cfg),
+        Mapped("compile", "per side: ours_eager off, ours_compiled the card path (actor/value losses and, with "
+               f"compile.rssm_step={cfg.compile.rssm_step}, the RSSM step; the world model's loop eager), "
+               "ours_whole the whole update as one compiled function",
                ["algo.compile.enabled=False"],
                "sheeprl eager"),
         Mapped("threads", f"torch.set_num_threads({threads})", [f"num_threads={threads}"],
@@ -159,6 +178,16 @@ def mapping(cfg, threads: int) -> list[Mapped]:
     ]
 
 
+def precision_row(cfg) -> Mapped:
+    if not cfg.device.startswith("cuda"):
+        return Mapped("precision", "fp32 (no autocast on CPU)", ["fabric.precision=32-true",
+                      "float32_matmul_precision=highest"], "fp32 as asked; its default 'high' timed the same on a CPU")
+    bf16 = cfg.autocast != "off"
+    return Mapped("precision", f"{'bf16 autocast' if bf16 else 'fp32'} on CUDA, TF32 matmuls (cuda_fast_math)",
+                  ["fabric.accelerator=cuda", f"fabric.precision={'bf16-mixed' if bf16 else '32-true'}",
+                   "float32_matmul_precision=high"])
+
+
 def sheeprl_overrides(rows: list[Mapped]) -> list[str]:
     return [override for row in rows for override in row.sheeprl]
 
@@ -171,38 +200,7 @@ def print_mapping(name: str, overrides: list[str], rows: list[Mapped]) -> None:
         print(f"  {'':<{width}}  sheeprl: {' '.join(r.sheeprl) or '-'}" + (f"  ({r.note})" if r.note else ""))
 
 
-# -- a side, inside its own process -------------------------------------------------------------------
-@dataclass
-class Built:
-    update: object  # batch -> None: one training update
-    next_batch: object  # () -> batch, outside the timing
-    params: dict[str, int]  # module row -> parameters
-    compile_warmup_s: float | None = None
-
-
-def _count(*modules) -> int:
-    return sum(p.numel() for m in modules for p in m.parameters())
-
-
-def build_ours(spec: dict) -> Built:
-    """Our learner and a replay buffer filled by a rollout of the acting policy, as the app's learner runs."""
-    import torch
-
-    from dreamer.system import compile_cache
-
-    cfg = compose(spec["overrides"])
-    torch.manual_seed(cfg.seed)
-    learner, replay = build(cfg, spec.get("fill_steps"))
-    modules = learner.models.modules
-    params = {row: _count(*(modules[k] for k in keys)) for row, keys in MODULES.items()}
-    warmup_s = None
-    if cfg.compile.enabled:
-        compile_cache.use_cache_dir(cfg.compile)
-        learner.compile()
-        warmup_s = learner.warmup(replay.sample())
-    return Built(learner.update, replay.sample, params, warmup_s)
-
-
+# -- the sheeprl side, inside its own process ---------------------------------------------------------
 def random_play(env_id: str, steps: int, seed: int) -> dict:
     """A random-action rollout in sheeprl's step layout: obs, is_first, the action taken there (in [-1, 1]),
     and the reward/terminated/truncated that led to that obs."""
@@ -230,8 +228,9 @@ def random_play(env_id: str, steps: int, seed: int) -> dict:
     return {k: np.stack(v) for k, v in cols.items()}
 
 
-def sequence_sampler(rollout: dict, batch_size: int, length: int, seed: int):
-    """() -> a batch of ``batch_size`` random windows of ``length`` steps, time first ([T, B, ...])."""
+def sequence_sampler(rollout: dict, batch_size: int, length: int, seed: int, device="cpu"):
+    """() -> a batch of ``batch_size`` random windows of ``length`` steps, time first ([T, B, ...]), on
+    ``device`` (as sheeprl's replay samples onto the fabric's device)."""
     import numpy as np
     import torch
 
@@ -241,7 +240,7 @@ def sequence_sampler(rollout: dict, batch_size: int, length: int, seed: int):
     def sample() -> dict:
         starts = rng.integers(0, steps - length + 1, size=batch_size)
         index = starts[None, :] + np.arange(length)[:, None]
-        return {k: torch.from_numpy(v[index]) for k, v in rollout.items()}
+        return {k: torch.from_numpy(v[index]).to(device) for k, v in rollout.items()}
 
     return sample
 
@@ -300,90 +299,44 @@ def build_sheeprl(spec: dict) -> Built:
     batch, length = a.per_rank_batch_size, a.per_rank_sequence_length
     rollout = random_play(cfg.env.id, max(4 * batch * length, 1000), cfg.seed)
     params = {
-        "encoder": _count(world_model.encoder), "decoder": _count(world_model.observation_model),
-        "rssm prior (GRU + prior head)": _count(rssm.recurrent_model, rssm.transition_model),
-        "rssm posterior": _count(rssm.representation_model), "reward": _count(world_model.reward_model),
-        "continue": _count(world_model.continue_model), "actor": _count(actor), "critic": _count(critic),
+        "encoder": count_params(world_model.encoder), "decoder": count_params(world_model.observation_model),
+        "rssm prior (GRU + prior head)": count_params(rssm.recurrent_model, rssm.transition_model),
+        "rssm posterior": count_params(rssm.representation_model), "reward": count_params(world_model.reward_model),
+        "continue": count_params(world_model.continue_model), "actor": count_params(actor),
+        "critic": count_params(critic),
     }
-    return Built(update, sequence_sampler(rollout, batch, length, cfg.seed), params)
-
-
-def serve(spec: dict) -> int:
-    """A side's process: build, say so (parameters, compile warm-up), then time rounds on request.
-    Replies are JSON lines on the real stdout; anything the libraries print goes to stderr."""
-    replies = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    import torch
-
-    torch.set_num_threads(spec["threads"])
-    start = time.perf_counter()
-    side = build_sheeprl(spec) if spec["side"] == "sheeprl" else build_ours(spec)
-    replies.write(json.dumps({"params": side.params, "compile_warmup_s": side.compile_warmup_s,
-                              "build_s": time.perf_counter() - start}) + "\n")
-    for line in sys.stdin:
-        request = json.loads(line)
-        if request["op"] == "stop":
-            break
-        timed = time_calls(side.update, side.next_batch, request["warmup"], request["reps"])
-        replies.write(json.dumps(timed) + "\n")
-    return 0
+    sync = torch.cuda.synchronize if fabric.device.type == "cuda" else (lambda: None)
+    return Built(update, sequence_sampler(rollout, batch, length, cfg.seed, fabric.device), params, sync=sync)
 
 
 # -- the parent: one process per side, asked in turn -----------------------------------------------------
-class SideProcess:
-    """One side in its own process, spoken to in JSON lines; its output goes to a log file shown on failure."""
-
-    def __init__(self, name: str, python: str, spec: dict, threads: int):
-        self.name = name
-        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"benchmark_peers_{name}_", suffix=".log")
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-        self.proc = subprocess.Popen([python, str(SCRIPT), "--serve", json.dumps(spec)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
-        self.info = self._reply("build")
-
-    def ask(self, request: dict) -> dict:
-        try:
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            pass  # _reply reports the dead process
-        return self._reply(request["op"])
-
-    def _reply(self, what: str) -> dict:
-        ready, _, _ = select.select([self.proc.stdout], [], [], SIDE_TIMEOUT_S)
-        line = self.proc.stdout.readline() if ready else ""
-        if line:
-            return json.loads(line)
-        state = "hung" if self.proc.poll() is None else f"died (exit code {self.proc.returncode})"
-        self.log.seek(0)
-        tail = "".join(self.log.readlines()[-25:])
-        self.stop()
-        raise SystemExit(f"{tail}\nerror: the {self.name} side's process {state} on {what!r} (its log above)")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.write(json.dumps({"op": "stop"}) + "\n")
-                self.proc.stdin.close()
-            except (BrokenPipeError, ValueError):
-                pass
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
-
 def print_params(params: dict[str, dict[str, int]]) -> None:
     sides = list(params)
-    print(f"  {'parameters':<30}" + "".join(f"{s:>14}" for s in sides))
-    for row in MODULES:
+    print(f"  {'parameters':<30}" + "".join(f"{s:>18}" for s in sides))
+    for row in PARAM_ROWS:
         counts = [params[s][row] for s in sides]
         flag = "" if len(set(counts)) == 1 else "   differ"
-        print(f"  {row:<30}" + "".join(f"{c:>14,}" for c in counts) + flag)
-    print(f"  {'total':<30}" + "".join(f"{sum(params[s].values()):>14,}" for s in sides))
+        print(f"  {row:<30}" + "".join(f"{c:>18,}" for c in counts) + flag)
+    print(f"  {'total':<30}" + "".join(f"{sum(params[s].values()):>18,}" for s in sides))
+
+
+def side_specs(overrides: list[str], cfg, rows: list[Mapped], args, cache_dir: str) -> tuple[dict, dict]:
+    """({side: its process's spec}, {side: why it cannot run here}) for every side."""
+    card, _ = update_path_overrides("card")
+    whole, whole_skip = update_path_overrides("whole")
+    ours = {"kind": "ours", "fill_steps": args.fill_steps}
+    compiled = ["compile.enabled=true", *args.compiled_overrides]
+    specs = {
+        "sheeprl": {"kind": "sheeprl", "sheeprl_overrides": sheeprl_overrides(rows)},
+        "torchrl_eager": {"kind": "torchrl", "device": "cpu", "fill_steps": args.fill_steps,
+                          "recipe": torchrl_v3.recipe_config(cfg, compiled=False, cuda=False)},
+        "torchrl_compiled": {"kind": "torchrl", "device": "cpu", "fill_steps": args.fill_steps,
+                             "recipe": torchrl_v3.recipe_config(cfg, compiled=True, cuda=False)},
+        "ours_eager": {**ours, "overrides": [*overrides, "compile.enabled=false"]},
+        "ours_compiled": {**ours, "overrides": [*overrides, *compiled, *card, f"compile.cache_dir={cache_dir}/card"]},
+        "ours_whole": {**ours, "overrides": [*overrides, *compiled, *whole, f"compile.cache_dir={cache_dir}/whole"]},
+    }
+    return specs, ({"ours_whole": whole_skip} if whole_skip else {})
 
 
 def run_config(name: str, args: argparse.Namespace, sides: list[str]) -> dict:
@@ -392,61 +345,80 @@ def run_config(name: str, args: argparse.Namespace, sides: list[str]) -> dict:
     cfg = compose(overrides)
     rows = mapping(cfg, args.threads)
     print_mapping(name, overrides, rows)
-    shipped = "ours_compiled" if cfg.compile.enabled else "ours_eager"
     with tempfile.TemporaryDirectory(prefix="benchmark_peers_inductor_") as cold_dir:
         cache_dir = args.compile_cache_dir or cold_dir
-        specs = {
-            "sheeprl": {"sheeprl_overrides": sheeprl_overrides(rows)},
-            "ours_eager": {"overrides": [*overrides, "compile.enabled=false"], "fill_steps": args.fill_steps},
-            "ours_compiled": {"overrides": [*overrides, "compile.enabled=true", f"compile.cache_dir={cache_dir}",
-                                            *args.compiled_overrides], "fill_steps": args.fill_steps},
-        }
+        specs, skipped = side_specs(overrides, cfg, rows, args, cache_dir)
+        recipes = {side: specs[side]["recipe"] for side in sides if side.startswith("torchrl")}
+        for side, recipe in recipes.items():
+            for line in torchrl_v3.describe(recipe):
+                print(f"  {side} recipe {line}")
+        skipped = {side: why for side, why in skipped.items() if side in sides}
+        for side, why in skipped.items():
+            print(f"  SKIP {side}: {why}")
+        sides = [side for side in sides if side not in skipped]
         procs: dict[str, SideProcess] = {}
         try:
             for side in sides:
                 python = args.sheeprl_python if side == "sheeprl" else sys.executable
-                procs[side] = SideProcess(side, python, {"side": side, "threads": args.threads, **specs[side]},
-                                          args.threads)
-                warm = procs[side].info["compile_warmup_s"]
-                print(f"  built {side} in {procs[side].info['build_s']:.1f} s"
+                # Each side's inductor cache apart: no side's warm-up reads another's kernels.
+                env = {"TORCHINDUCTOR_CACHE_DIR": f"{cache_dir}/{side}"} if side.startswith("torchrl") else {}
+                procs[side] = SideProcess(side, python, SCRIPT, {**specs[side], "threads": args.threads},
+                                          threads=args.threads, env=env, timeout_s=SIDE_TIMEOUT_S)
+                info = procs[side].built()
+                warm = info["compile_warmup_s"]
+                print(f"  built {side} in {info['build_s']:.1f} s"
                       + (f" (compile warm-up {warm:.1f} s)" if warm is not None else ""), flush=True)
             print_params({side: p.info["params"] for side, p in procs.items()})
             rounds = {side: [] for side in sides}
-            print(f"  {'round':>5}" + "".join(f"{s + ' s':>16}" for s in sides))
+            print(f"  {'round':>5}" + "".join(f"{s + ' s':>18}" for s in sides))
             for r in range(args.rounds):
                 for side in (sides if r % 2 == 0 else sides[::-1]):
-                    rounds[side].append(procs[side].ask({"op": "time", "warmup": args.warmup, "reps": args.reps}))
-                print(f"  {r:>5}" + "".join(f"{rounds[s][-1]['wall_s']:>16.3f}" for s in sides), flush=True)
+                    rounds[side].append(procs[side].time(args.warmup, args.reps))
+                print(f"  {r:>5}" + "".join(f"{rounds[s][-1]['wall_s']:>18.3f}" for s in sides), flush=True)
+        except SideFailed as err:
+            raise SystemExit(f"{err}\nerror: {name}: a side failed (its log above)") from None
         finally:
             for proc in procs.values():
                 proc.stop()
-    return summarize(name, overrides, rows, shipped, procs, rounds)
+    result = summarize(rounds, PATH_SIDES.get(shipped_update_path(cfg)))
+    result.update(ours_overrides=overrides, skipped=skipped,
+                  params={side: p.info["params"] for side, p in procs.items()},
+                  mapping=[{"setting": r.setting, "ours": r.ours, "sheeprl": r.sheeprl, "note": r.note} for r in rows],
+                  torchrl_recipe=recipes,
+                  compile_warmup_s={side: p.info["compile_warmup_s"] for side, p in procs.items()
+                                    if p.info["compile_warmup_s"] is not None})
+    return result
 
 
-def summarize(name, overrides, rows, shipped, procs, rounds) -> dict:
+# Speedup variants: (ours side, the peer side it is measured against); "shipped" is filled in per config.
+VERSUS = {
+    "sheeprl": {"eager": ("ours_eager", "sheeprl"), "compiled": ("ours_compiled", "sheeprl")},
+    "torchrl": {"eager": ("ours_eager", "torchrl_eager"), "compiled": ("ours_compiled", "torchrl_compiled"),
+                "whole": ("ours_whole", "torchrl_compiled")},
+}
+SHIPPED_AGAINST = {"sheeprl": "sheeprl", "torchrl": "torchrl_compiled"}
+
+
+def summarize(rounds: dict[str, list[dict]], shipped: str | None) -> dict:
+    """Medians per side and speedups (medians of per-round ratios peer_s / ours_s) per variant."""
     def median_of(side: str, key: str):
         return statistics.median(r[key] for r in rounds[side]) if side in rounds else None
 
-    def ratios(side: str) -> list[float]:
-        if "sheeprl" not in rounds or side not in rounds:
+    def ratios(ours: str | None, peer: str) -> list[float]:
+        if ours not in rounds or peer not in rounds:
             return []
-        return [s["wall_s"] / o["wall_s"] for s, o in zip(rounds["sheeprl"], rounds[side])]
+        return [p["wall_s"] / o["wall_s"] for p, o in zip(rounds[peer], rounds[ours])]
 
-    result = {
-        "ours_overrides": overrides,
-        "shipped": shipped.removeprefix("ours_"),
-        "mapping": [{"setting": r.setting, "ours": r.ours, "sheeprl": r.sheeprl, "note": r.note} for r in rows],
-        "params": {side: p.info["params"] for side, p in procs.items()},
-        "compile_warmup_s": procs["ours_compiled"].info["compile_warmup_s"] if "ours_compiled" in procs else None,
-    }
+    result = {"shipped": shipped.removeprefix("ours_") if shipped else None}
     for side in SIDES:
         result[f"{side}_s"] = median_of(side, "wall_s")
         result[f"{side}_cpu_s"] = median_of(side, "cpu_s")
-    result["ours_shipped_s"] = result[f"{shipped}_s"]
-    for variant, side in (("shipped", shipped), ("eager", "ours_eager"), ("compiled", "ours_compiled")):
-        per_round = ratios(side)
-        result[f"speedup_vs_sheeprl_{variant}"] = statistics.median(per_round) if per_round else None
-        result[f"speedup_vs_sheeprl_{variant}_per_round"] = per_round
+    result["ours_shipped_s"] = result.get(f"{shipped}_s")
+    for peer, variants in VERSUS.items():
+        for variant, (ours, against) in {"shipped": (shipped, SHIPPED_AGAINST[peer]), **variants}.items():
+            per_round = ratios(ours, against)
+            result[f"speedup_vs_{peer}_{variant}"] = statistics.median(per_round) if per_round else None
+            result[f"speedup_vs_{peer}_{variant}_per_round"] = per_round
     result["rounds"] = rounds
     return result
 
@@ -455,17 +427,18 @@ def print_summary(name: str, r: dict) -> None:
     def fmt(value, spec=".3f", unit=" s"):
         return "-" if value is None else f"{value:{spec}}{unit}"
 
-    print(f"  {name}: sheeprl {fmt(r['sheeprl_s'])}, ours eager {fmt(r['ours_eager_s'])}, "
-          f"ours compiled {fmt(r['ours_compiled_s'])} (compile warm-up {fmt(r['compile_warmup_s'], '.1f')}); "
-          f"as shipped = {r['shipped']}")
-    print(f"  {name}: process CPU s per update: sheeprl {fmt(r['sheeprl_cpu_s'])}, ours eager "
-          f"{fmt(r['ours_eager_cpu_s'])}, ours compiled {fmt(r['ours_compiled_cpu_s'])}")
-    print(f"  {name}: speedup vs sheeprl as shipped {fmt(r['speedup_vs_sheeprl_shipped'], '.2f', 'x')}, "
-          f"eager {fmt(r['speedup_vs_sheeprl_eager'], '.2f', 'x')}, "
-          f"compiled {fmt(r['speedup_vs_sheeprl_compiled'], '.2f', 'x')} (medians of per-round ratios)")
+    print(f"  {name}: s per update (process CPU s): "
+          + ", ".join(f"{side} {fmt(r[f'{side}_s'])} ({fmt(r[f'{side}_cpu_s'])})" for side in SIDES)
+          + f"; as shipped = {r['shipped']}")
+    if r["compile_warmup_s"]:
+        print(f"  {name}: compile warm-up " + ", ".join(f"{s} {v:.1f} s" for s, v in r["compile_warmup_s"].items()))
+    for peer, variants in VERSUS.items():
+        print(f"  {name}: speedup vs {peer}: " + ", ".join(
+            f"{variant} {fmt(r[f'speedup_vs_{peer}_{variant}'], '.2f', 'x')}" for variant in ("shipped", *variants))
+            + " (medians of per-round ratios)")
 
 
-def sheeprl_problem(python: str) -> str | None:
+def sheeprl_problem(python: str, alternative: str = " (or --sides ours torchrl to time the others)") -> str | None:
     """None when ``python`` imports sheeprl's dreamer_v3_5; else the one line saying how to install it."""
     probe = ("import importlib.metadata as m, sheeprl.algos.dreamer_v3_5.dreamer_v3_5; "
              "print(m.version('sheeprl'))")
@@ -473,10 +446,10 @@ def sheeprl_problem(python: str) -> str | None:
         found = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300,
                                stdin=subprocess.DEVNULL)
     except OSError as err:
-        return "error: " + INSTALL_HINT.format(where=f" ({python}: {err.strerror})")
+        return "error: " + INSTALL_HINT.format(where=f" ({python}: {err.strerror})", alternative=alternative)
     if found.returncode != 0:
         where = "" if python == sys.executable else f" in {python}"
-        return "error: " + INSTALL_HINT.format(where=where)
+        return "error: " + INSTALL_HINT.format(where=where, alternative=alternative)
     version = found.stdout.strip().splitlines()[-1] if found.stdout.strip() else "?"
     if version != SHEEPRL_VERSION:
         print(f"warning: sheeprl {version} found, the mapping is written for {SHEEPRL_VERSION}", file=sys.stderr)
@@ -488,20 +461,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", nargs="+", choices=list(PRESETS), default=list(PRESETS))
-    parser.add_argument("--sides", nargs="+", choices=[*SIDES, "ours"], default=["ours", "sheeprl"],
-                        help="which to run (default all; ours = ours_eager and ours_compiled)")
+    parser.add_argument("--sides", nargs="+", choices=[*SIDES, *GROUPS], default=["ours", "sheeprl", "torchrl"],
+                        help="which to run (default all; ours = every ours_*, torchrl = both torchrl_*)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     parser.add_argument("--reps", type=int, default=10, help="timed updates per side and round (default 10)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed updates per side and round (default 3)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads on every side (default 2)")
     parser.add_argument("--overrides", nargs="*", default=[],
-                        help="extra Hydra overrides for ours, mapped onto sheeprl too")
+                        help="extra Hydra overrides for ours, mapped onto the peers too")
     parser.add_argument("--compiled-overrides", nargs="*", default=[],
-                        help="extra Hydra overrides for ours_compiled only (its best settings)")
-    parser.add_argument("--compile-cache-dir", help="a kept inductor cache dir for ours_compiled "
-                                                    "(default: a fresh one, so the warm-up is cold)")
-    parser.add_argument("--fill-steps", type=int, help="steps of our acting policy that fill our replay "
-                                                        "(default: harness.build's, 4 batches, at least 1000)")
+                        help="extra Hydra overrides for ours_compiled and ours_whole only (their best settings)")
+    parser.add_argument("--compile-cache-dir", help="a kept inductor cache dir for the compiled sides "
+                                                    "(default: a fresh one, so the warm-ups are cold)")
+    parser.add_argument("--fill-steps", type=int, help="steps of our acting policy (TorchRL's: random) that fill "
+                                                        "the replays (default: harness.build's, 4 batches, >= 1000)")
     parser.add_argument("--sheeprl-python", default=sys.executable,
                         help="the Python that has sheeprl (default: this one)")
     parser.add_argument("--json", type=Path, help="write the results here")
@@ -515,14 +488,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.serve:
-        return serve(json.loads(args.serve))
-    sides = [s for s in SIDES if s in args.sides or (s in OURS and "ours" in args.sides)]
+        return serve({"ours": build_ours, "sheeprl": build_sheeprl, "torchrl": torchrl_v3.build_torchrl},
+                     json.loads(args.serve))
+    sides = [s for s in SIDES if s in args.sides or any(s in GROUPS[g] for g in args.sides if g in GROUPS)]
     if "sheeprl" in sides and (problem := sheeprl_problem(args.sheeprl_python)):
         print(problem, file=sys.stderr)
         return 2
-    # Every config's keys, null where it (or sheeprl) did not run.
-    results: dict = {f"speedup_vs_sheeprl_{name}{variant}": None
-                     for name in PRESETS for variant in ("", "_eager", "_compiled")}
+    # Every config's keys, null where it (or a peer) did not run.
+    results: dict = {f"speedup_vs_{peer}_{name}{variant}": None for name in PRESETS
+                     for peer, variants in VERSUS.items() for variant in ("", *(f"_{v}" for v in variants))}
     results.update(threads=args.threads, rounds=args.rounds, reps=args.reps, warmup=args.warmup, sides=sides,
                    configs={})
     for name in args.configs:
@@ -530,8 +504,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for name, r in results["configs"].items():
         print_summary(name, r)
-        for variant, key in (("", "shipped"), ("_eager", "eager"), ("_compiled", "compiled")):
-            results[f"speedup_vs_sheeprl_{name}{variant}"] = r[f"speedup_vs_sheeprl_{key}"]
+        for peer, variants in VERSUS.items():
+            for variant in ("shipped", *variants):
+                suffix = "" if variant == "shipped" else f"_{variant}"
+                results[f"speedup_vs_{peer}_{name}{suffix}"] = r[f"speedup_vs_{peer}_{variant}"]
     write_report(args.json, results)
     return 0
 

@@ -1,0 +1,396 @@
+"""Seconds per DreamerV3 update on one GPU: our card and captured update paths against TorchRL's own
+stepper (compiled scan + CUDA graph) at size1m, size12m and size200m, the JAX reference and sheeprl at
+size1m where they run, and the first update's time from process start; one command for one device call.
+
+    python3 benchmarks/gpu_bench.py --budget-s 500 --json $OUT/gpu_bench.json
+    python3 benchmarks/gpu_bench.py --sizes size1m --dreamerv3-src DIR --sheeprl-python PY --json out.json
+    python benchmarks/gpu_bench.py --cpu --json out.json    # tiny sizes on the CPU: the paths, not figures
+
+Sizes (batch 16 x 64, device=cuda, bf16 autocast and TF32 as the app sets them on a GPU; all with
+algo.actor_grad=reinforce, the actor gradient of TorchRL's recipe and of the JAX reference):
+  size1m    experiment=gym_state: Pendulum-v1 states
+  size12m   experiment=dmc_vision model=size12m env=pendulum_pixels: 64x64 Pendulum pixels (no dm_control)
+  size200m  experiment=dmc_vision env=pendulum_pixels
+--cpu runs tiny_states and tiny_pixels instead (experiment=small at 16 units, batch 2 x 8, device=cpu,
+compile.backend=eager: dynamo traces, inductor generates nothing) with every side that runs on a CPU, so the
+test suite keeps this script working; its figures mean nothing.
+
+Sides, each in its own process; a size's sides are built side by side (their compile warm-ups overlap:
+upper bounds), then timed one at a time in alternating rounds (--warmup untimed, then --reps timed updates
+each, every update between two device syncs, replay sampling untimed):
+  ours_card      compile.update=card (harness.UPDATE_PATH_KEY): world model eager, actor/value losses
+                 compiled; before that key exists, today's learner, which is that path
+  ours_captured  compile.update=captured: the whole update in CUDA graphs; SKIP on the CPU, and where the
+                 config schema lacks the key
+  torchrl        DreamerV3OptimizationStepper as TorchRL's recipe builds it with optimization.compile=auto
+                 (benchmarks/torchrl_v3.py): on CUDA the whole step compiled around the RSSM scan, captured in
+                 a CUDA graph; on the CPU its auto is eager. Same config, parameters printed module by module.
+  jax            size1m (tiny_states): danijar/dreamerv3 at e3f02248 from --dreamerv3-src, run by --jax-python
+                 (benchmarks/jax_v3.py); SKIP, saying what fails, where its agent does not import
+  sheeprl        size1m (tiny_states): benchmarks/peers.py's sheeprl 0.8.4 side, run by --sheeprl-python;
+                 SKIP where that Python lacks it
+Our replays are filled by random actions (a size200m policy acting on the CPU would take minutes), the
+peers' by random play in their own layouts.
+
+First update, after the timings, alone on the machine: `python -m dreamer` at each size as shipped (no
+compile.update override), made to stop after its first update (train.train_ratio = one update per
+collector batch, train.total_frames=1; no videos, no W&B); its summary.json's first_update_s, from process
+start to the end of the first update, random phase included.
+
+--budget-s bounds the whole command: a size starts only with --size-min-s left beyond the first-update runs'
+reserve (--first-update-reserve-s each); a side not built in time, rounds past that point and first-update
+runs that do not fit are skipped, each with a line.
+
+Keys in --json, per size: speedup_vs_torchrl_<size> (torchrl_s / ours as shipped: compile.update as composed
+for the device, the fastest of ours where it picks at run time), _card and _captured;
+speedup_captured_vs_card_<size>; first_update_s_<size>; speedup_vs_jax_<size> and speedup_vs_sheeprl_<size>
+at size1m (tiny_states). "sizes" holds each side's medians, parameters, build and warm-up seconds and
+per-round figures; "skips" one line per thing that did not run, with its reason. A speedup is the median
+over rounds of the per-round ratio, null where its two sides did not both run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax_v3
+import peers
+import torchrl_v3
+from harness import (
+    REPO,
+    SideFailed,
+    SideProcess,
+    SideTimeout,
+    build_ours,
+    compose,
+    serve,
+    shipped_update_path,
+    update_path_overrides,
+    write_report,
+)
+
+SCRIPT = Path(__file__).resolve()
+PENDULUM_PIXELS = ["env=pendulum_pixels", "env.name=Pendulum-v1"]
+SIZES = {
+    "size1m": ["experiment=gym_state", "algo.actor_grad=reinforce", "device=cuda"],
+    "size12m": ["experiment=dmc_vision", "model=size12m", *PENDULUM_PIXELS, "algo.actor_grad=reinforce",
+                "device=cuda"],
+    "size200m": ["experiment=dmc_vision", *PENDULUM_PIXELS, "algo.actor_grad=reinforce", "device=cuda"],
+}
+TINY = ["algo.actor_grad=reinforce", "buffer.batch_size=2", "buffer.batch_length=8", "algo.hidden_dim=16",
+        "algo.rssm_hidden_dim=16", "algo.num_categoricals=4", "algo.num_classes=4", "algo.num_bins=15",
+        "algo.imagination_horizon=3", "algo.encoder_channels=4", "compile.backend=eager", "device=cpu"]
+CPU_SIZES = {
+    "tiny_states": ["experiment=small", *TINY],
+    "tiny_pixels": ["experiment=small", *PENDULUM_PIXELS, *TINY],
+}
+REFERENCE_SIZE = {"cuda": "size1m", "cpu": "tiny_states"}  # where the JAX and sheeprl sides run
+OUR_PATHS = {"card": "ours_card", "captured": "ours_captured"}
+# A side that says nothing for this long is hung (the budget usually cuts sooner).
+SIDE_TIMEOUT_S = 1200
+FIRST_UPDATE_TIMEOUT_S = 300
+
+
+class Budget:
+    """The command's deadline, and the seconds kept back for the first-update runs."""
+
+    def __init__(self, seconds: float, reserve_s: float):
+        self.end, self.reserve_s = time.monotonic() + seconds, reserve_s
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+    def for_timings(self) -> float:
+        return self.left() - self.reserve_s
+
+
+# -- one size's sides ----------------------------------------------------------------------------------------
+def plan(size: str, overrides: list[str], args, cache_dir: str) -> tuple[dict, dict]:
+    """({side: (python, spec, extra environment)}, {side: why it does not run here}) at ``size``."""
+    cfg = compose(overrides)
+    cuda = cfg.device.startswith("cuda")
+    b = cfg.buffer
+    fill = args.fill_steps or max(2 * b.batch_size * b.batch_length, 256)
+    plans, skips = {}, {}
+    for path, side in OUR_PATHS.items():
+        extra, why = update_path_overrides(path)
+        if path == "captured" and not cuda:
+            why = "CUDA graphs need CUDA: the captured path runs on a GPU only"
+        if why:
+            skips[side] = why
+            continue
+        # The replay holds what it is filled with: no preset-sized page-locked storage per side.
+        spec = {"kind": "ours", "overrides": [*overrides, *extra, f"compile.cache_dir={cache_dir}/{side}",
+                                              f"buffer.capacity={fill}"], "fill_steps": fill, "random_actions": True}
+        plans[side] = (sys.executable, spec, {})
+    # TorchRL's auto: compiled and captured on CUDA, eager elsewhere.
+    recipe = torchrl_v3.recipe_config(cfg, compiled=cuda, cuda=cuda)
+    plans["torchrl"] = (sys.executable, {"kind": "torchrl", "device": cfg.device, "fill_steps": fill,
+                                         "recipe": recipe}, {"TORCHINDUCTOR_CACHE_DIR": f"{cache_dir}/torchrl"})
+    if size == REFERENCE_SIZE["cuda" if cuda else "cpu"]:
+        if why := jax_v3.problem(args.jax_python, args.dreamerv3_src):
+            skips["jax"] = why
+        else:
+            src = str(Path(args.dreamerv3_src).resolve())
+            path = os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))
+            plans["jax"] = (args.jax_python, jax_v3.side_spec(overrides, src), {"PYTHONPATH": path})
+        if why := peers.sheeprl_problem(args.sheeprl_python, alternative=""):
+            skips["sheeprl"] = why.removeprefix("error: ")
+        else:
+            rows = peers.mapping(cfg, args.threads or os.cpu_count())
+            plans["sheeprl"] = (args.sheeprl_python, {"kind": "sheeprl",
+                                                      "sheeprl_overrides": peers.sheeprl_overrides(rows)}, {})
+    return plans, skips
+
+
+def start_and_build(plans: dict, args, budget: Budget, skip) -> dict[str, SideProcess]:
+    """Start every side at once, wait for each build within the budget; the sides that built."""
+    procs = {}
+    for side, (python, spec, env) in plans.items():
+        threads = None if spec["kind"] == "jax" else args.threads  # torch's threads; JAX's Python has no torch
+        procs[side] = SideProcess(side, python, SCRIPT, {**spec, "threads": threads}, threads=threads,
+                                  env={"SDL_VIDEODRIVER": "dummy", **env}, timeout_s=SIDE_TIMEOUT_S)
+    for side, proc in list(procs.items()):
+        try:
+            info = proc.built(timeout_s=budget.for_timings())
+        except SideTimeout:
+            skip(side, "not built within --budget-s")
+            del procs[side]
+            continue
+        except SideFailed as err:
+            print(err, file=sys.stderr)
+            skip(side, f"failed to build: {str(err).splitlines()[-1]}")
+            del procs[side]
+            continue
+        warm = info["compile_warmup_s"]
+        print(f"  built {side} in {info['build_s']:.1f} s" + (f" (warm-up {warm:.1f} s)" if warm is not None else ""),
+              flush=True)
+    return procs
+
+
+def time_rounds(procs: dict[str, SideProcess], args, budget: Budget, skip) -> dict[str, list[dict]]:
+    """Alternating rounds (at least one), until --rounds or the budget's share for timings is spent."""
+    order = list(procs)
+    rounds = {side: [] for side in order}
+    print(f"  {'round':>5}" + "".join(f"{s + ' s':>18}" for s in order))
+    for r in range(args.rounds):
+        if r > 0 and budget.for_timings() <= 0:
+            skip("rounds", f"{args.rounds - r} of {args.rounds} rounds cut by --budget-s")
+            break
+        for side in (order if r % 2 == 0 else order[::-1]):
+            if side in procs:
+                try:
+                    rounds[side].append(procs[side].time(args.warmup, args.reps))
+                except SideFailed as err:
+                    print(err, file=sys.stderr)
+                    skip(side, f"failed while timed: {str(err).splitlines()[-1]}")
+                    del procs[side], rounds[side]
+        print(f"  {r:>5}" + "".join(f"{rounds[s][-1]['wall_s']:>18.4f}" if rounds.get(s) else f"{'-':>18}"
+                                    for s in order), flush=True)
+    return rounds
+
+
+def shipped_side(cfg, rounds: dict) -> tuple[str | None, str]:
+    """Our side that ``python -m dreamer`` runs at ``cfg``, and how it was chosen."""
+    path = shipped_update_path(cfg)
+    if path in OUR_PATHS:
+        return OUR_PATHS[path], f"{path} (as composed)"
+    ours = [side for side in OUR_PATHS.values() if rounds.get(side)]
+    if path == "eager" or not ours:
+        return None, f"{path}: no side here"
+    fastest = min(ours, key=lambda side: statistics.median(r["wall_s"] for r in rounds[side]))
+    return fastest, f"{path} picks at run time: the fastest of ours measured, {fastest}"
+
+
+def speedup(rounds: dict, ours: str | None, other: str) -> float | None:
+    """Median over rounds of other_s / ours_s; None where either did not run."""
+    if not rounds.get(ours) or not rounds.get(other):
+        return None
+    return statistics.median(o["wall_s"] / u["wall_s"] for o, u in zip(rounds[other], rounds[ours]))
+
+
+def run_size(size: str, overrides: list[str], args, budget: Budget, skip) -> dict:
+    print(f"\n== {size}: ours {' '.join(overrides)}", flush=True)
+    cfg = compose(overrides)
+    with tempfile.TemporaryDirectory(prefix="gpu_bench_inductor_") as cache_dir:
+        plans, skips = plan(size, overrides, args, cache_dir)
+        for side, why in skips.items():
+            skip(side, why)
+        if "torchrl" in plans:
+            for line in torchrl_v3.describe(plans["torchrl"][1]["recipe"]):
+                print(f"  torchrl recipe {line}")
+        procs = {}
+        try:
+            procs = start_and_build(plans, args, budget, skip)
+            infos = {side: proc.info for side, proc in procs.items()}
+            if infos:
+                peers.print_params({side: info["params"] for side, info in infos.items()})
+            rounds = time_rounds(procs, args, budget, skip) if procs else {}
+        finally:
+            for proc in procs.values():
+                proc.stop()
+    shipped, how = shipped_side(cfg, rounds)
+    sides = {side: {**infos[side], "s_per_update": statistics.median(r["wall_s"] for r in rounds[side]),
+                    "cpu_s": statistics.median(r["cpu_s"] for r in rounds[side]), "rounds": rounds[side]}
+             for side in rounds if rounds[side]}
+    return {
+        "overrides": overrides, "shipped": how, "sides": sides,
+        "speedup_vs_torchrl": speedup(rounds, shipped, "torchrl"),
+        "speedup_vs_torchrl_card": speedup(rounds, "ours_card", "torchrl"),
+        "speedup_vs_torchrl_captured": speedup(rounds, "ours_captured", "torchrl"),
+        "speedup_captured_vs_card": speedup(rounds, "ours_captured", "ours_card"),
+        "speedup_vs_jax": speedup(rounds, shipped, "jax"), "speedup_vs_sheeprl": speedup(rounds, shipped, "sheeprl"),
+    }
+
+
+# -- the first update, as a user gets it -------------------------------------------------------------------
+def first_update(size: str, overrides: list[str], timeout_s: float, workdir: Path) -> tuple[float | None, str]:
+    """(seconds from process start to the end of the first update of ``python -m dreamer`` at ``overrides``,
+    how it went): the run stops after the collector batch that brought its first update."""
+    cfg = compose(overrides)
+    b = cfg.buffer
+    run_dir = workdir / f"first_update_{size}"
+    cmd = [sys.executable, "-m", "dreamer", f"hydra.run.dir={run_dir}", *overrides,
+           f"train.train_ratio={b.batch_size * b.batch_length / cfg.collector.frames_per_batch}",
+           "train.total_frames=1", "eval.episodes=1", "eval.video=false", "eval.openloop=false",
+           "eval.every=1000000", "checkpoint.every=1000000", "logger.backend=none", "logger.progress_bar=false"]
+    env = {**os.environ, "SDL_VIDEODRIVER": "dummy", "PYTHONUNBUFFERED": "1"}
+    with open(workdir / f"first_update_{size}.log", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    summary = run_dir / "summary.json"
+    seconds = json.loads(summary.read_text()).get("first_update_s") if summary.exists() else None
+    if seconds is not None:
+        return seconds, f"exit {proc.returncode}"
+    tail = (workdir / f"first_update_{size}.log").read_text().strip().splitlines()[-1:] or ["no output"]
+    ended = f"cut after {timeout_s:.0f} s" if proc.returncode < 0 else f"exit {proc.returncode}"
+    return None, f"no first update ({ended}): {tail[0][:300]}"
+
+
+# -- the command -----------------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cpu", action="store_true", help="tiny sizes on the CPU (what the test suite runs)")
+    parser.add_argument("--sizes", nargs="+", help="which sizes (default: every size of the mode)")
+    parser.add_argument("--budget-s", type=float,
+                        help="the whole command's seconds (default 500; with --cpu 1200, a safety net only)")
+    parser.add_argument("--size-min-s", type=float, default=60, help="start a size only with this much left (60)")
+    parser.add_argument("--first-update-reserve-s", type=float, default=60,
+                        help="seconds kept back for each first-update run (default 60); 0 with --no-first-update")
+    parser.add_argument("--no-first-update", action="store_true", help="skip the python -m dreamer runs")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed updates per side and round (default 5)")
+    parser.add_argument("--reps", type=int, default=20, help="timed updates per side and round (default 20)")
+    parser.add_argument("--threads", type=int, help="torch threads per side (default: torch's; 1 with --cpu)")
+    parser.add_argument("--fill-steps", type=int, help="random steps in every replay (default 2 batches, >= 256)")
+    parser.add_argument("--dreamerv3-src", help="a checkout of danijar/dreamerv3 at e3f02248 (the JAX side)")
+    parser.add_argument("--jax-python", default=sys.executable, help="the Python with JAX (default: this one)")
+    parser.add_argument("--sheeprl-python", default=sys.executable, help="the Python with sheeprl (default: this)")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--serve", help=argparse.SUPPRESS)  # internal: run one side
+    args = parser.parse_args(argv)
+    table = CPU_SIZES if args.cpu else SIZES
+    args.sizes = args.sizes or list(table)
+    if unknown := [s for s in args.sizes if s not in table]:
+        mode = "--cpu" if args.cpu else "the GPU"
+        parser.error(f"--sizes {' '.join(unknown)}: {mode} sizes are {', '.join(table)}")
+    if min(args.rounds, args.reps, args.threads or 1, args.fill_steps or 1) < 1 or args.warmup < 0:
+        parser.error("--rounds, --reps, --threads and --fill-steps must be >= 1, --warmup >= 0")
+    if args.cpu and args.threads is None:
+        args.threads = 1
+    if args.budget_s is None:
+        args.budget_s = 1200 if args.cpu else 500
+    return args
+
+
+def cuda_problem() -> str | None:
+    import torch
+
+    return None if torch.cuda.is_available() else "no CUDA device here: run with --cpu for the tiny CPU sizes"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.serve:
+        return serve({"ours": build_ours, "torchrl": torchrl_v3.build_torchrl, "jax": jax_v3.build_jax,
+                      "sheeprl": peers.build_sheeprl}, json.loads(args.serve))
+    if not args.cpu and (problem := cuda_problem()):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    table = CPU_SIZES if args.cpu else SIZES
+    runs_first_update = not args.no_first_update
+    budget = Budget(args.budget_s, args.first_update_reserve_s * len(args.sizes) * runs_first_update)
+    skips: list[str] = []
+
+    def skip(where: str, why: str) -> None:
+        skips.append(f"{where}: {why}")
+        print(f"  SKIP {where}: {why}", flush=True)
+
+    results: dict = {"mode": "cpu" if args.cpu else "cuda", "budget_s": args.budget_s, "rounds": args.rounds,
+                     "warmup": args.warmup, "reps": args.reps, "sizes": {}, "first_update": {}}
+    for size in table:
+        for key in ("speedup_vs_torchrl_{}", "speedup_vs_torchrl_{}_card", "speedup_vs_torchrl_{}_captured",
+                    "speedup_captured_vs_card_{}", "first_update_s_{}"):
+            results[key.format(size)] = None
+    reference = REFERENCE_SIZE[results["mode"]]
+    results[f"speedup_vs_jax_{reference}"] = results[f"speedup_vs_sheeprl_{reference}"] = None
+
+    for size in args.sizes:
+        if budget.for_timings() < args.size_min_s:
+            skip(size, f"{max(budget.for_timings(), 0):.0f} s of --budget-s left for timings, a size needs "
+                       f"--size-min-s {args.size_min_s:.0f}")
+            continue
+        r = results["sizes"][size] = run_size(size, table[size], args, budget,
+                                              lambda where, why, s=size: skip(f"{s} {where}", why))
+        for variant in ("", "_card", "_captured"):
+            results[f"speedup_vs_torchrl_{size}{variant}"] = r[f"speedup_vs_torchrl{variant}"]
+        results[f"speedup_captured_vs_card_{size}"] = r["speedup_captured_vs_card"]
+        if size == reference:
+            results[f"speedup_vs_jax_{size}"], results[f"speedup_vs_sheeprl_{size}"] = \
+                r["speedup_vs_jax"], r["speedup_vs_sheeprl"]
+
+    if runs_first_update:
+        print("\n== first update from process start (python -m dreamer, as shipped)", flush=True)
+        with tempfile.TemporaryDirectory(prefix="gpu_bench_first_update_") as workdir:
+            for size in args.sizes:
+                if budget.left() < 10:
+                    skip(f"{size} first update", f"{max(budget.left(), 0):.0f} s of --budget-s left")
+                    continue
+                seconds, how = first_update(size, table[size], min(budget.left(), FIRST_UPDATE_TIMEOUT_S),
+                                            Path(workdir))
+                results["first_update"][size] = {"first_update_s": seconds, "run": how}
+                results[f"first_update_s_{size}"] = seconds
+                if seconds is None:
+                    skip(f"{size} first update", how)
+                else:
+                    print(f"  {size}: first update {seconds:.1f} s after process start ({how})", flush=True)
+    else:
+        skip("first update", "--no-first-update")
+
+    results["skips"] = skips
+    print()
+    for key, value in results.items():
+        if key.startswith(("speedup_", "first_update_s_")):
+            print(f"  {key}: {'-' if value is None else f'{value:.2f}'}")
+    write_report(args.json, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The side-by-side benchmarks keep working where no GPU, sheeprl or JAX is: benchmarks/peers.py's TorchRL side
+(the recipe's own stepper) times and reports at a tiny setting with ours' parameter count, benchmarks/gpu_bench.py's
+--cpu mode runs every side a CPU can run and says why each other one did not, and our update paths that need a
+config key not in the schema yet are skipped with a line instead of failing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.paths import BENCHMARKS
+from tests.support.scripts import load_script
+
+TINY_PEERS = ("--configs", "pendulum", "--rounds", "1", "--reps", "1", "--warmup", "0", "--fill-steps", "200",
+              "--overrides", "buffer.batch_length=4", "algo.imagination_horizon=2", "algo.hidden_dim=16",
+              "algo.rssm_hidden_dim=16")
+
+
+def _run(script: str, *args: str, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_peers_times_torchrls_stepper_beside_ours_with_the_same_parameters(tmp_path):
+    out = tmp_path / "peers.json"
+    result = _run("peers.py", *TINY_PEERS, "--sides", "ours_eager", "torchrl_eager", "--json", str(out), timeout=580)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    for config in ("pendulum", "size1m"):
+        for variant in ("", "_eager", "_compiled", "_whole"):
+            assert f"speedup_vs_torchrl_{config}{variant}" in report
+    # Eager against eager ran side by side; as shipped (compiled) and the compiled stepper did not.
+    assert report["speedup_vs_torchrl_pendulum_eager"] > 0
+    assert report["speedup_vs_torchrl_pendulum"] is None and report["speedup_vs_torchrl_pendulum_compiled"] is None
+    pendulum = report["configs"]["pendulum"]
+    assert pendulum["torchrl_eager_s"] > 0 and pendulum["ours_eager_s"] > 0
+    # The recipe's config is read off ours: the same weights, module by module.
+    params = pendulum["params"]
+    assert params["torchrl_eager"] == params["ours_eager"] and all(n > 0 for n in params["ours_eager"].values())
+    assert pendulum["torchrl_recipe"]["torchrl_eager"]["replay_buffer"] == {"batch_size": 16, "seq_len": 4}
+
+
+def test_an_update_path_the_schema_lacks_is_skipped_with_a_reason(monkeypatch):
+    harness = load_script(BENCHMARKS / "harness.py")
+    assert harness.schema_has("compile.enabled") and harness.schema_has("algo")
+    assert not harness.schema_has("compile.no_such_key") and not harness.schema_has("seed.no_such_key")
+
+    monkeypatch.setattr(harness, "schema_has", lambda key: False)
+    assert harness.update_path_overrides("card") == ([], None)  # today's learner is the card path
+    overrides, why = harness.update_path_overrides("captured")
+    assert overrides == [] and harness.UPDATE_PATH_KEY in why and "captured" in why
+
+    monkeypatch.setattr(harness, "schema_has", lambda key: key == harness.UPDATE_PATH_KEY)
+    assert harness.update_path_overrides("captured") == ([f"{harness.UPDATE_PATH_KEY}=captured"], None)
+
+
+def test_gpu_bench_without_cuda_says_to_use_cpu_and_exits_2():
+    result = _run("gpu_bench.py", timeout=120)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "--cpu" in lines[0]
+
+
+def test_gpu_bench_skips_what_its_budget_cannot_fit_and_says_so(tmp_path):
+    out = tmp_path / "bench.json"
+    result = _run("gpu_bench.py", "--cpu", "--budget-s", "0", "--json", str(out), timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["sizes"] == {} and report["first_update_s_tiny_states"] is None
+    assert any(s.startswith("tiny_states: ") and "--budget-s" in s for s in report["skips"])
+    assert any(s.startswith("tiny_states first update: ") for s in report["skips"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_gpu_bench_cpu_mode_runs_every_cpu_side_and_gives_every_skip_a_reason(tmp_path):
+    out = tmp_path / "bench.json"
+    result = _run("gpu_bench.py", "--cpu", "--rounds", "1", "--reps", "1", "--warmup", "0", "--budget-s", "840",
+                  "--json", str(out), timeout=880)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    for size in ("tiny_states", "tiny_pixels"):
+        # Ours (the card path) and TorchRL's stepper ran side by side, with the same weights.
+        assert report[f"speedup_vs_torchrl_{size}"] > 0 and report[f"speedup_vs_torchrl_{size}_card"] > 0
+        sides = report["sizes"][size]["sides"]
+        assert sides["ours_card"]["params"] == sides["torchrl"]["params"]
+        # Captured needs CUDA: no figure, a reason.
+        assert report[f"speedup_captured_vs_card_{size}"] is None and "ours_captured" not in sides
+        assert report[f"first_update_s_{size}"] > 0
+    for key in ("speedup_vs_jax_tiny_states", "speedup_vs_sheeprl_tiny_states"):
+        assert key in report
+    assert any("ours_captured" in s and "CUDA" in s for s in report["skips"])
+    for line in report["skips"]:
+        where, _, why = line.partition(": ")
+        assert where and why.strip(), line
