@@ -19,6 +19,8 @@ _no_mujoco_rendering: str | None = None
 
 
 GPU_CHECK_MARKERS = ("gpu_acceptance", "cuda")
+# A unit test gets pyproject's timeout; an e2e or slow test without its own @pytest.mark.timeout this one.
+SLOW_TIMEOUT_S = 600
 
 
 def pytest_addoption(parser):
@@ -63,6 +65,9 @@ def pytest_collection_modifyitems(config, items):
             checks.append({"nodeid": item.nodeid, "marker": check[0], "check": check[1]})
         if E2E_DIR in Path(item.fspath).parents:
             item.add_marker(pytest.mark.e2e)
+        if not item.get_closest_marker("timeout") and (item.get_closest_marker("e2e") or
+                                                       item.get_closest_marker("slow")):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
         if item.get_closest_marker("cuda") and not cuda:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)"))
         if item.get_closest_marker("mujoco") and _no_mujoco_rendering:
