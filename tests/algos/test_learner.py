@@ -401,6 +401,7 @@ def test_discrete_policy_emits_one_hot_env_actions():
         close_env(env)
 
 
+@pytest.mark.mujoco
 def test_exploration_policy_acts_in_dm_control_from_pixels():
     cfg, env, batch = _setup(pixels=True, backend="dm_control", name="cartpole-balance")
     try:

@@ -98,7 +98,7 @@ class FakeBackground:
 
 
 def test_the_learner_yields_a_thread_while_the_child_compiles_and_swaps_losses_in_after(tmp_path, monkeypatch):
-    from test_trainer import fake_run
+    from tests.run.test_trainer import fake_run
 
     from dreamer.report.evaluation import EvalResult
     from dreamer.run import trainer as trainer_module
@@ -134,7 +134,7 @@ def test_a_compile_child_that_would_not_fit_in_memory_is_not_started_and_learnin
         tmp_path, monkeypatch, caplog):
     """dmc_vision's size200m update took 19 GB on a 24 GiB box; a child repeating it was
     OOM-killed with the run. Short of memory, the run says so in one line and stays eager."""
-    from test_trainer import fake_run
+    from tests.run.test_trainer import fake_run
 
     from dreamer.report.evaluation import EvalResult
     from dreamer.run import trainer as trainer_module
