@@ -318,6 +318,8 @@ def test_cuda_update_is_sync_free(setup, request):
 # -- acting ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("autocast", [None, torch.bfloat16])
 def test_updates_after_warm_up_never_trace_a_compiled_loss_again(state_setup, autocast):
     """A re-trace of the imagination cost a warm start ~13 s on the default experiment;

@@ -193,6 +193,8 @@ def test_listed_names_are_accepted(backend):
         close_env(env)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 @pytest.mark.mujoco
 def test_a_dm_control_env_closed_unused_leaves_no_garbage_that_hangs_the_process():
     # A dm_control pixel env built and closed unused (the run's proof env is: dreamer/run/build.py does
@@ -361,6 +363,8 @@ def _roll_fixed_actions(env, actions):
     return steps
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("backend, name, repeat, steps, cut_repeats", [
     pytest.param("dm_control", "cartpole-swingup", 2, 6, 0, marks=pytest.mark.mujoco),
     # Pendulum ends after 200 frames: with repeat 3 its 67th agent step stops after 2 of 3
