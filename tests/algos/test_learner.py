@@ -318,6 +318,8 @@ def test_cuda_update_is_sync_free(setup, request):
 # -- acting ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("autocast", [None, torch.bfloat16])
 def test_updates_after_warm_up_never_trace_a_compiled_loss_again(state_setup, autocast):
     """A re-trace of the imagination cost a warm start ~13 s on the default experiment;
@@ -401,6 +403,7 @@ def test_discrete_policy_emits_one_hot_env_actions():
         close_env(env)
 
 
+@pytest.mark.mujoco
 def test_exploration_policy_acts_in_dm_control_from_pixels():
     cfg, env, batch = _setup(pixels=True, backend="dm_control", name="cartpole-balance")
     try:

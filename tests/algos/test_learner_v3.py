@@ -384,6 +384,8 @@ def test_one_critic_pass_gives_upstreams_reinforce_losses_and_gradients(discrete
     assert (theirs[3].total(), ours[3].total()) == (6, 4), (theirs[3].report(), ours[3].report())
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_v3_compiled_losses_warm_up_without_touching_return_statistics(state_setup):
     cfg, env, batch = state_setup
     cfg = copy.deepcopy(cfg)
@@ -415,6 +417,8 @@ def _graphs_traced_by(fn) -> int:
     return counters["stats"]["unique_graphs"]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("rssm_step", [True, False])
 def test_v3_compile_takes_one_rssm_step_and_warm_up_covers_it(state_setup, rssm_step):
     """compile.rssm_step compiles the step the world model's loop calls, not the loop:
@@ -442,6 +446,8 @@ def test_v3_compile_takes_one_rssm_step_and_warm_up_covers_it(state_setup, rssm_
     assert all(math.isfinite(v) for v in learner.flush_metrics().values())
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_v3_compiled_rssm_step_gives_the_eager_world_model_loss_and_gradients(state_setup):
     cfg, env, batch = state_setup
     results = []
@@ -464,6 +470,8 @@ def test_v3_compiled_rssm_step_gives_the_eager_world_model_loss_and_gradients(st
         torch.testing.assert_close(grads1[name], grads0[name], msg=name)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_an_open_loop_report_runs_the_eager_rssm_step_and_traces_nothing(pixel_setup):
     """The report runs the world model on a few sequences under no_grad: the compiled
     step (warmed on the update's shape, with gradients) would compile a new graph."""

@@ -129,6 +129,8 @@ WM_UPDATES = 50
 WM_MAX_RATIO = 0.6
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("algo,pixels", CASES)
 def test_fitting_one_batch_lowers_reconstruction_and_reward_loss(algo, pixels):
     """50 updates (world model, actor, value: ``learner.update``) on one fixed Pendulum
@@ -196,6 +198,8 @@ ACTOR_CASES = [
 ]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("algo,pixels,actor_grad", ACTOR_CASES)
 def test_actor_raises_the_imagined_return_on_a_frozen_world_model(algo, pixels, actor_grad):
     """The world model is first fitted to one fixed batch of PushRightEnv (its phase only:

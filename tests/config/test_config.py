@@ -245,7 +245,7 @@ def _names(group: str) -> list[str]:
 
 
 def test_conf_dir_resolves_relative_to_tests():
-    assert CONF_DIR == Path(__file__).resolve().parent.parent / "conf"
+    assert CONF_DIR == Path(__file__).resolve().parents[2] / "conf"
     assert (CONF_DIR / "config.yaml").is_file()
 
 

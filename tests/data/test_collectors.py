@@ -53,6 +53,8 @@ def tiny_config() -> Config:
     return cfg
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_workers_hold_no_dynamo_state_while_the_learner_compiles():
     import torch._dynamo.utils as dynamo_utils
 
@@ -105,6 +107,8 @@ class WeightProbe(nn.Module):
         return self.marker.detach().expand(action.shape[:-1]).clone()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("workers_hold_a_copy", [False, True])
 def test_workers_act_with_the_weights_the_learner_pushes(workers_hold_a_copy):
     """Same device: workers read the learner's modules. Another device (a GPU learner):
@@ -157,6 +161,8 @@ def test_workers_act_with_the_weights_the_learner_pushes(workers_hold_a_copy):
         collector.shutdown()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_compile_policy_compiles_inside_each_worker_not_in_the_parent():
     import torch._dynamo.utils as dynamo_utils
 
@@ -382,6 +388,8 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_a_script_that_collected_with_workers_exits_when_done(tmp_path):
     """Shut-down collectors leave nothing for interpreter exit to wait on: upstream left
     each weight sync scheme to ``__del__``, which at exit hung on a queue's feeder thread."""

@@ -7,6 +7,8 @@ import os
 import signal
 import time
 
+import pytest
+
 from dreamer.run import checkpoint as ckpt
 from tests.support.processes import FAST, alive, has_updates, start, wait_for, worker_pids
 
@@ -18,6 +20,8 @@ def _kill_a_worker(run_dir, proc) -> tuple[int, float]:
     return worker, time.monotonic()
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
 def test_a_dead_worker_is_restarted_and_the_run_finishes(tmp_path):
     run_dir = tmp_path / "run"
     proc = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=600")
@@ -30,6 +34,8 @@ def test_a_dead_worker_is_restarted_and_the_run_finishes(tmp_path):
     assert not alive([dead])
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
 def test_a_dead_worker_without_restart_stops_with_one_clear_line_and_a_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     proc = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=100000",

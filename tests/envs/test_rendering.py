@@ -100,6 +100,7 @@ def test_a_users_backend_without_its_library_is_one_line_not_a_pyopengl_tracebac
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.timeout(300)
 @pytest.mark.slow  # a pytest session of its own
 def test_the_test_session_skips_rendering_tests_with_the_reason_when_the_users_backend_is_missing(tmp_path):
     """A box without libosmesa6 and MUJOCO_GL=osmesa set: the suite runs, tests that render MuJoCo skip

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import sysconfig
 
+import pytest
 import tomllib
 
 from tests.support.paths import REPO_ROOT
@@ -34,6 +35,8 @@ def _run(args, **kwargs) -> subprocess.CompletedProcess:
     return result
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
 def test_an_installed_wheel_runs_outside_the_checkout(tmp_path):
     """The wheel (not an editable install) in a fresh venv, started from a directory
     with no checkout: `--cfg job` composes a preset, and a tiny run trains."""

@@ -26,6 +26,8 @@ RUN = ("experiment=pendulum", "compile.enabled=true", "compile.backend=inductor"
        "threads=2", "eval.every=100000", "eval.episodes=1", "logger.progress_bar=false", "train.max_minutes=8")
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
 def test_learning_starts_at_once_and_the_compiled_losses_take_over_when_the_child_is_done(tmp_path):
     run_dir = tmp_path / "run"
     run = start(*RUN, f"hydra.run.dir={run_dir}", f"compile.cache_dir={tmp_path / 'inductor'}")
@@ -55,6 +57,8 @@ def test_learning_starts_at_once_and_the_compiled_losses_take_over_when_the_chil
     assert not [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], alive
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_failed_background_compile_reports_its_error_and_a_running_one_can_be_cancelled(tmp_path):
     cfg = tiny_config(algo="dreamer_v3")
     cfg.env.name = "NoSuchEnv-v0"
@@ -98,10 +102,9 @@ class FakeBackground:
 
 
 def test_the_learner_yields_a_thread_while_the_child_compiles_and_swaps_losses_in_after(tmp_path, monkeypatch):
-    from test_trainer import fake_run
-
     from dreamer.report.evaluation import EvalResult
     from dreamer.run import trainer as trainer_module
+    from tests.run.test_trainer import fake_run
 
     monkeypatch.setattr(trainer_module, "evaluate", lambda *a, **k: EvalResult([1.0, 3.0]))
     seen_threads: list[int] = []
@@ -134,10 +137,9 @@ def test_a_compile_child_that_would_not_fit_in_memory_is_not_started_and_learnin
         tmp_path, monkeypatch, caplog):
     """dmc_vision's size200m update took 19 GB on a 24 GiB box; a child repeating it was
     OOM-killed with the run. Short of memory, the run says so in one line and stays eager."""
-    from test_trainer import fake_run
-
     from dreamer.report.evaluation import EvalResult
     from dreamer.run import trainer as trainer_module
+    from tests.run.test_trainer import fake_run
 
     monkeypatch.setattr(trainer_module, "evaluate", lambda *a, **k: EvalResult([1.0, 3.0]))
     sized: list[int] = []

@@ -229,6 +229,8 @@ def test_a_checkpoint_from_an_8_gpu_job_resumes_where_fewer_are_visible(tmp_path
     assert f"8 CUDA RNG stream(s) and {visible} CUDA device(s) are visible" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
 def test_a_full_disk_mid_checkpoint_keeps_the_previous_one_end_to_end(tmp_path):
     """The OS refuses the write for real (a file-size limit, as a full disk would); no patching."""
     import hashlib

@@ -6,6 +6,7 @@ import random
 import time
 
 import numpy as np
+import pytest
 import torch
 
 from dreamer.config import load_config
@@ -52,6 +53,8 @@ def _tensors_equal(a, b) -> bool:
     return a == b
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
 def test_kill_9_at_random_moments_then_resume_is_exact(tmp_path):
     rng = random.Random(6)
     run_dir = tmp_path / "run"

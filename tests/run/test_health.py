@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from dreamer.run import checkpoint as ckpt
 from tests.support.processes import FAST, read_metrics, start
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
 def test_consecutive_non_finite_updates_stop_the_run_pointing_to_a_clean_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     # Rewards x 1e38 overflow float32 to -inf: every world-model loss is infinite.

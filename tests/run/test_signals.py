@@ -13,6 +13,8 @@ from dreamer.run import checkpoint as ckpt
 from tests.support.processes import FAST, alive, descendants, has_updates, start, wait_for
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("sig, whole_group", [
     (signal.SIGTERM, False),  # a scheduler's preemption notice to the main process
     (signal.SIGUSR1, False),  # SLURM's --signal=USR1@60
@@ -45,6 +47,8 @@ def test_a_stop_signal_writes_a_final_checkpoint_and_exits_0(tmp_path, sig, whol
     wait_for(lambda: not alive(children), 10, f"workers {children} to exit")
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
 def test_a_second_ctrl_c_exits_at_once_without_leaving_workers(tmp_path):
     run_dir = tmp_path / "run"
     proc = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=100000")
@@ -70,6 +74,8 @@ def test_a_second_ctrl_c_exits_at_once_without_leaving_workers(tmp_path):
     wait_for(lambda: not alive(children), 10, f"workers {children} to exit")
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
 def test_workers_exit_when_the_main_process_is_killed(tmp_path):
     run_dir = tmp_path / "run"
     proc = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=100000")

@@ -145,7 +145,8 @@ def _vote_on_rank(rank: int, port: int, out) -> None:
 @pytest.mark.gpu_acceptance(RANK_VOTE_NO_HOST_TRANSFER)
 def test_two_ranks_leave_together_with_no_host_transfer_between_votes():
     import torch.multiprocessing as mp
-    from test_distributed import free_port
+
+    from tests.system.test_distributed import free_port
 
     ctx = mp.get_context("spawn")
     out, port = ctx.Queue(), free_port()

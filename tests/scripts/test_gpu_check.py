@@ -43,6 +43,8 @@ def test_the_cpu_subset_passes_and_the_report_lists_every_check(tmp_path):
     assert lines[-1] == f"{len(cpu)} passed, 0 failed, {len(gpu)} skipped"
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_gpu_test_that_names_no_check_is_a_usage_error(tmp_path):
     """A cuda test outside every check would never run where a GPU is: collection refuses it."""
     (tmp_path / "test_unnamed.py").write_text("import pytest\n\n@pytest.mark.cuda\ndef test_x():\n    pass\n")

@@ -10,6 +10,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.paths import REPO_ROOT, SCRIPTS
 from tests.support.scripts import load_script
 
@@ -23,6 +25,8 @@ def check(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=600, stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
 def test_a_run_stops_at_its_time_budget_and_the_check_judges_its_evals(tmp_path):
     out = tmp_path / "check"
     result = check(
@@ -58,6 +62,8 @@ def test_a_run_stops_at_its_time_budget_and_the_check_judges_its_evals(tmp_path)
 # -- the suite ---------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
 def test_the_ci_suite_runs_every_cpu_task_and_check_judges_them_against_the_cpu_bars(tmp_path, capsys):
     """Every task of the cpu suite (each preset on each env, V3 on discrete CartPole
     included) builds, collects, updates and evaluates at toy sizes; the same runs

@@ -58,6 +58,8 @@ def _peers(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           stdin=subprocess.DEVNULL, env=env)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_benchmark_peers_times_ours_alone_and_writes_the_speedup_keys(tmp_path):
     out = tmp_path / "peers.json"
     result = _peers("--configs", "pendulum", "--sides", "ours_eager", "--rounds", "1", "--reps", "1",
@@ -113,6 +115,8 @@ def _flop_row(tmp_path, batch_size: int) -> dict:
     return json.loads(out.read_text())["threads"]["1"]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_benchmark_update_flops_give_the_floor_under_an_update(tmp_path, capsys):
     """An update's FLOPs grow with the batch it learns from (every counted product is per sequence), and the
     floor is those FLOPs at the CPU's measured matmul rate: the fewest seconds an update can take there."""

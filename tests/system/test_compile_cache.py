@@ -48,6 +48,8 @@ def _compile_in_fresh_process(cache_dir: Path, artifact: str, save_dir: str) -> 
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_artifact_carries_compiled_graphs_to_an_empty_cache(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -81,6 +82,8 @@ def test_gradients_are_averaged_across_ranks_even_where_one_has_none():
     assert results == [(0, [1.5] * 3, [2.0] * 2), (1, [1.5] * 3, [2.0] * 2)]
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
 def test_torchrun_two_cpu_ranks_finish_in_lockstep_and_rank0_alone_writes(tmp_path):
     # Each rank gets its own run dir (RANK in the path), so what rank 1 writes can be seen apart.
     run_dir, rank1_dir = tmp_path / "run0", tmp_path / "run1"

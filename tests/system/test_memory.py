@@ -42,6 +42,8 @@ def _refill_faults(mode: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 def test_retained_memory_is_reused_without_page_faults():
     pages = sum(SIZES_MIB) * 2**20 // 4096

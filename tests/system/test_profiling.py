@@ -74,6 +74,8 @@ def test_merge_gives_each_source_its_own_rows_on_one_clock(tmp_path):
     assert ranges["## train/sample ##"]["pid"] != ranges["## collect/step ##"]["pid"]
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
 def test_profiled_run_writes_one_merged_trace_with_every_named_range(tmp_path):
     traces = tmp_path / "traces"
     env = {**os.environ, "SDL_VIDEODRIVER": "dummy", "PROF_ENABLED": "1",

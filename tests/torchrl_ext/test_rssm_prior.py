@@ -80,6 +80,8 @@ def _aot_cache_bypasses(prior) -> int:
     return aot_cache_bypasses()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_compiled_imagination_with_the_prior_is_kept_by_aotautograds_cache():
     """A warm start reloads the compiled imagination instead of re-tracing its joint
     graph: upstream's prior puts an autocast region in it, which AOTAutograd never caches."""

@@ -4,6 +4,7 @@ import importlib.util
 import subprocess
 import sys
 
+import pytest
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
@@ -45,6 +46,8 @@ def _patched_after(code: str) -> bool:
     return out.stdout.strip().splitlines()[-1] == "True"
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_importing_dreamer_patches_nothing_and_the_training_processes_are_patched():
     """User code, tests and scripts that import dreamer get tensordict as shipped; the learner's process
     (the Hydra task, dreamer.__main__.main) and every collector worker (its first call) get the fast path."""
