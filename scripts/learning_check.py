@@ -1,9 +1,9 @@
 """Does a preset learn? Train it for a wall-clock budget per seed and check the eval return.
 
 One preset:
-    python scripts/learning_check.py                                  # experiment=pendulum, 3 seeds x 30 min, >= -400
-    python scripts/learning_check.py --experiment default --minutes 30 --threshold -400 --seeds 0
-    python scripts/learning_check.py --check runs/pendulum/seed_0 ... # judge finished runs again
+    python scripts/learning_check.py                                  # experiment=small, 3 seeds x 30 min, >= -400
+    python scripts/learning_check.py --experiment small_v1 --minutes 30 --threshold -400 --seeds 0
+    python scripts/learning_check.py --check runs/small/seed_0 ...    # judge finished runs again
     python scripts/learning_check.py --seeds 0 -- algo.actor_lr=1e-4  # extra Hydra overrides after --
 
 A suite: fixed presets on many tasks (SUITES below; docs/LEARNING.md):
@@ -291,7 +291,7 @@ def report(results: list[SeedResult], threshold: float, minutes: float) -> None:
 
 
 def check_one_preset(args, overrides: list[str]) -> int:
-    experiment = args.experiment or "pendulum"
+    experiment = args.experiment or "small"
     seeds = [0, 1, 2] if args.seeds is None else args.seeds
     minutes = 30.0 if args.minutes is None else args.minutes
     threshold = -400.0 if args.threshold is None else args.threshold
@@ -656,7 +656,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     one = parser.add_argument_group("one preset")
-    one.add_argument("--experiment", help="preset to train (default pendulum)")
+    one.add_argument("--experiment", help="preset to train (default small)")
     one.add_argument("--seeds", type=int, nargs="+", help="default 0 1 2")
     one.add_argument("--minutes", type=float, help="wall-clock budget per seed (default 30)")
     one.add_argument("--threshold", type=float, help="eval return to reach (default -400)")
