@@ -99,7 +99,7 @@ class DreamerV1Config(AlgoConfig):
     # after every update (DreamerV2/V3's stabiliser; 0.02 is V3's rate).
     slow_value_tau: float = 0.0
     # Conv encoder/decoder in NHWC memory (pixel tasks); same numbers, faster
-    # convolutions (scripts/benchmark_learner.py, docs/PERFORMANCE.md).
+    # convolutions on CPU (docs/PERFORMANCE.md).
     channels_last: bool = True
 
     @property
@@ -232,9 +232,9 @@ class CompileConfig:
     cudagraphs: bool = False
     # Dreamer V3: also compile one step of the world model's RSSM rollout (prior
     # and posterior, forward and backward; TorchRL's RSSMRolloutV3.compile_rollout),
-    # called once per time step from the eager loop, never with CUDA graphs.
-    # 1.10-1.16x per update on a 2-core CPU (docs/PERFORMANCE.md). V1's rollout
-    # has no compiled step upstream: there the key changes nothing.
+    # called once per time step from the eager loop, never with CUDA graphs
+    # (faster updates: docs/PERFORMANCE.md). V1's rollout has no compiled step
+    # upstream: there the key changes nothing.
     rssm_step: bool = True
     # Eager-shaped calls run on the compiled losses before the first real update.
     warmup_iters: int = 2
@@ -346,7 +346,7 @@ class Config:
     autocast: Literal["auto", "off", "bf16"] = "auto"
     # The learner process's malloc (glibc) keeps freed memory for reuse instead
     # of returning it to the OS: no page faults on every update's activations
-    # (1.18x per V1 pixel update on CPU, docs/PERFORMANCE.md); its RSS stays at its peak. No-op off glibc.
+    # (docs/PERFORMANCE.md); its RSS stays at its peak. No-op off glibc.
     retain_host_memory: bool = True
     # On CUDA: TF32 matmuls and convolutions and cudnn.benchmark (fixed shapes:
     # the fastest conv kernels are found once); false = full fp32 precision.
