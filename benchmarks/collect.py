@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from dreamer.algos.v1.models import build_models
-from dreamer.config import Config
+from dreamer.config import Config, DreamerV1Config
 from dreamer.data.collectors import make_collector
 from dreamer.data.replay import bytes_per_step
 from dreamer.envs.factory import close_env, make_env
@@ -32,7 +32,7 @@ from dreamer.envs.rendering import configure_mujoco_gl
 
 
 def pixel_config(env_name: str, workers: int, frames_per_batch: int) -> Config:
-    cfg = Config()
+    cfg = Config(algo=DreamerV1Config())
     cfg.env.backend, cfg.env.name, cfg.env.from_pixels = "dm_control", env_name, True
     cfg.env.max_episode_steps = 500
     cfg.collector.num_workers = workers

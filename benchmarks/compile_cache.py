@@ -56,8 +56,8 @@ def child(experiment: str, cache_dir: str, artifact: str | None, save_to: str | 
     from dreamer.system import compile_cache
 
     register_configs()
-    # compile=default: presets that ship eager (experiment=small) are measured as compile=default runs them.
-    overrides = [f"experiment={experiment}", "compile=default", f"compile.cache_dir={cache_dir}", "buffer.prefetch=0"]
+    # compile=on: a preset that ships eager is measured as compile=on runs it.
+    overrides = [f"experiment={experiment}", "compile=on", f"compile.cache_dir={cache_dir}", "buffer.prefetch=0"]
     if artifact:
         overrides.append(f"compile.cache_artifact={artifact}")
     with initialize_config_dir(str(conf_dir()), version_base="1.3"):

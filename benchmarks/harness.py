@@ -119,8 +119,8 @@ def median_or_none(values) -> float | None:
 
 
 def cpu_model() -> str:
-    """The CPU's model name as ``lscpu`` prints it (the same name can hide a 2x difference in speed:
-    quote it beside every figure, never as a promise)."""
+    """The CPU's model name as ``lscpu`` prints it (the same name can hide machines of different
+    speed: quote it beside every figure, never as a promise)."""
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):

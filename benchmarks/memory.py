@@ -64,7 +64,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=240)
     parser.add_argument("--interval", type=float, default=0.5)
     parser.add_argument("--recipe-gib", type=float, default=14.1,
-                        help="the recipe's peak RSS at the same settings (measured 2026-11-21 on this CPU)")
+                        help="the recipe's peak RSS at the same settings (default: docs/PERFORMANCE.md's figure)")
     parser.add_argument("--json")
     args = parser.parse_args()
 

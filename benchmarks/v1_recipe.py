@@ -48,7 +48,7 @@ from torchrl.modules import ObsDecoder
 
 from dreamer.algos.v1.learner import DreamerV1Learner
 from dreamer.algos.v1.models import build_models
-from dreamer.config import Config, validate
+from dreamer.config import Config, DreamerV1Config, validate
 from dreamer.data.replay import make_replay_buffer, write
 from dreamer.envs.factory import close_env, make_env
 from dreamer.envs.rendering import configure_mujoco_gl
@@ -117,7 +117,7 @@ def _flags(steps: int) -> dict:
 class Ours:
     def __init__(self, batch_size: int, batch_length: int, compile: bool, episodes: list[dict],
                  channels_last: bool = True, matmul_decoder: bool = True, retain_host_memory: bool = True):
-        cfg = Config()
+        cfg = Config(algo=DreamerV1Config())
         cfg.algo.channels_last = channels_last
         cfg.retain_host_memory = retain_host_memory
         if cfg.retain_host_memory:  # as dreamer.run.build does at start

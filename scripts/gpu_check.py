@@ -29,7 +29,7 @@ when the subset passes. With CUDA it also runs:
   power-of-two rounding);
 - ``experiment=smoke device=cuda collector.num_workers=2``: only the learner
   holds a CUDA context (its workers map no GPU); steady updates/s with
-  ``compile=off`` / ``default`` x ``autocast=off`` / ``auto``;
+  ``compile=off`` / ``on`` x ``autocast=off`` / ``auto``;
 - ``experiment=dmc_vision model=size12m`` (V3, DMC pixels, ~200 updates):
   updates/s, first-update (compile warm-up) time, resident memory against the
   logged replay size;
@@ -412,8 +412,8 @@ def check_smoke_runs(workdir: Path, results: dict, quick: bool = False) -> list[
     rates: dict = {}
     cut: list[str] = []  # runs the budget stopped (not failures)
     first_dir = None
-    matrix = [("off", "off"), ("default", "auto")] if quick else \
-        [(c, a) for c in ("off", "default") for a in ("off", "auto")]
+    matrix = [("off", "off"), ("on", "auto")] if quick else \
+        [(c, a) for c in ("off", "on") for a in ("off", "auto")]
     for compile_choice, autocast in matrix:
         name = f"compile={compile_choice} autocast={autocast}"
         run_dir = workdir / f"smoke_compile-{compile_choice}_autocast-{autocast}"

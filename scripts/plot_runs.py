@@ -1,6 +1,6 @@
 """Plot eval return vs frames (mean ± std over seeds) and updates/s for runs.
 
-    python scripts/plot_runs.py multirun/smoke/2026-11-22_10-00-00 --out seeds.png
+    python scripts/plot_runs.py multirun/smoke/DATE_TIME --out seeds.png
     python scripts/plot_runs.py outputs/default/RUN_A outputs/default/RUN_B
 
 Each argument is a run directory (holding metrics.jsonl) or a directory of

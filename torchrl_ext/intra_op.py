@@ -4,9 +4,8 @@ Every thread that runs a parallel ATen op leads an OpenMP team of its own. A
 replay buffer's prefetch threads do once the storage holds more than ATen's
 grain of 32,768 steps (the slice sampler scans every stored step per sample),
 and with more OpenMP threads than cores libgomp stops letting idle workers spin:
-from then on the learner's own team sleeps and wakes between ops (a V1 Pendulum
-run dropped from 5.2 to 2.9 updates/s at that point, the box a third idle;
-docs/PERFORMANCE.md in the dreamer repository).
+from then on the learner's own team sleeps and wakes between ops, and the
+process runs well below its cores.
 ``torch.set_num_threads`` cannot confine it: it is process-wide, and would drop
 the learner's count too. The OpenMP runtime's own setting is per thread.
 """

@@ -4,7 +4,7 @@
 ``ConvTranspose2d`` to it. On a 1x1 input that layer is a linear map,
 ``out[n, c, i, j] = sum_d x[n, d] W[d, c, i, j] + b[c]``, but oneDNN runs it as
 a general transposed convolution: at Dreamer V1's sizes (1024 -> 128 x 5 x 5,
-800 frames per update) forward+backward takes about 10x the matmul on a CPU.
+800 frames per update) forward+backward on a CPU takes many times the matmul.
 Same parameters, same state_dict, same outputs (to float rounding).
 """
 

@@ -17,16 +17,16 @@ results into the input tensordict; every other key is left as it was.
 ``torch.amp.autocast(enabled=False)`` on every call. Under ``torch.compile`` that
 region becomes an ``_enter_autocast`` node, and AOTAutograd never caches a graph
 holding one ("Unsupported call_function target _enter_autocast"): a warm start
-re-traced and re-partitioned the whole compiled imagination (~11 s on the
-default experiment). When autocast is off this subclass leaves the region out
-and keeps the rest of it (the GRU in float32, its output back in the input's
-dtype); under autocast it is upstream's forward.
+re-traced and re-partitioned the whole compiled imagination. When autocast is
+off this subclass leaves the region out and keeps the rest of it (the GRU in
+float32, its output back in the input's dtype); under autocast it is
+upstream's forward.
 
 ``straight_through_categorical``: upstream's categorical sample (hard one-hot
 forward, softmax gradient) with a softmax that stays fast for few classes.
 PyTorch's CPU softmax over a last dimension narrower than its vector width
-(fewer than 16 float classes with AVX-512, as DreamerV3's size1m latent of 32 x 4
-has) is several times slower than the same softmax taken over a leading
+(fewer than 16 float classes with 512-bit vectors, as DreamerV3's size1m latent
+of 32 x 4 has) is several times slower than the same softmax taken over a leading
 dimension: ``class_softmax`` takes it there (same values to rounding).
 ``PriorTransition`` is an ``RSSMPriorV3``'s forward for imagination with it.
 

@@ -4,9 +4,9 @@ Every :class:`~tensordict.nn.TensorDictModule` call writes each output through
 ``TensorDict.from_any(tensor)`` (tensordict 0.14, ``nn/common.py``), and
 ``from_any`` returns a tensor unchanged only after testing whether pandas is
 installed, with ``importlib.util.find_spec("pandas")`` on every call: a search
-of ``sys.path`` (about 20 us) per module output. A Dreamer update calls a few
-thousand modules, so this costs about 6% of an eager V3 update on a 2-core CPU
-(docs/PERFORMANCE.md). A tensor is never a DataFrame or an HDF5 file, so
+of ``sys.path`` per module output. A model-based RL update calls a few thousand
+modules, so on a CPU this is a measurable share of an eager update. A tensor
+is never a DataFrame or an HDF5 file, so
 returning it before those tests changes no result. The upstream fix is the same
 early return at the top of ``from_any``.
 """

@@ -9,7 +9,7 @@ OmegaConf would give.
 
 Group options that would only repeat defaults (``algo=dreamer_v1``,
 ``algo=dreamer_v3``, ``collector=default``, ``buffer=default``,
-``compile=default``, ``logger=csv``) are these mirrors, so the dataclasses
+``compile=off``, ``logger=csv``) are these mirrors, so the dataclasses
 stay the one place a default is written; conf/ holds only what differs.
 """
 
@@ -35,7 +35,7 @@ from dreamer.config.schema import (
 GROUP_DEFAULTS: dict[str, dict[str, type]] = {
     "collector": {"default": CollectorConfig},
     "buffer": {"default": BufferConfig},
-    "compile": {"default": CompileConfig},
+    "compile": {"off": CompileConfig},  # the schema's compile section is eager
     "logger": {"csv": LoggerConfig},
 }
 
@@ -92,7 +92,7 @@ def omegaconf_schema(cls: type) -> type:
             else field(default_factory=f.default_factory)
         )
         if _is_variant_union(hints[f.name]):
-            # Set by its config group (algo=dreamer_v1 in conf/config.yaml's defaults).
+            # Set by its config group (algo=dreamer_v3 in conf/config.yaml's defaults).
             default = field(default=MISSING)
         elif dataclasses.is_dataclass(hints[f.name]):
             # The schema class itself, not an instance: OmegaConf reads its defaults.

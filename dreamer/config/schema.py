@@ -1,9 +1,11 @@
 """The config schema: dataclasses only, the one source of every default.
 
-Hydra composes ``conf/`` on top of these classes (YAML only overrides; the
-group options that would merely repeat a default, e.g. ``algo=dreamer_v3`` or
-``collector=default``, are these classes themselves, registered in
-:mod:`dreamer.config.hydra_store`). :func:`dreamer.config.load_config` turns the
+The defaults are the run ``python -m dreamer`` makes: Dreamer V3 at CPU scale
+on gymnasium Pendulum-v1 from its state, 16k env frames, eager. Hydra composes
+``conf/`` on top of these classes (YAML only overrides: a preset holds what
+differs from here; the group options that would merely repeat a default, e.g.
+``algo=dreamer_v3`` or ``collector=default``, are these classes themselves,
+registered in :mod:`dreamer.config.hydra_store`). :func:`dreamer.config.load_config` turns the
 composed config into them (:mod:`dreamer.config.load`) and checks every value
 (:mod:`dreamer.config.validate`).
 """
@@ -30,8 +32,9 @@ class EnvConfig:
     render_size: int = 64
     grayscale: bool = False
     action_repeat: int = 2
-    # Episode limit in agent steps (after action repeat).
-    max_episode_steps: int = 500
+    # Episode limit in agent steps (after action repeat); Pendulum-v1's own limit
+    # is 200 env steps = 100 agent steps at action repeat 2.
+    max_episode_steps: int = 100
     # Atari only: probability of repeating the previous action (ALE v5 default).
     sticky_action_prob: float = 0.25
     # Atari only: no-op starts. After each reset a random number of emulator
@@ -96,7 +99,7 @@ class DreamerV1Config(AlgoConfig):
     # after every update (DreamerV2/V3's stabiliser; 0.02 is V3's rate).
     slow_value_tau: float = 0.0
     # Conv encoder/decoder in NHWC memory (pixel tasks); same numbers, faster
-    # convolutions (scripts/benchmark_learner.py, docs/PERFORMANCE.md).
+    # convolutions on CPU (docs/PERFORMANCE.md).
     channels_last: bool = True
 
     @property
@@ -107,24 +110,29 @@ class DreamerV1Config(AlgoConfig):
 @dataclass(kw_only=True)
 class DreamerV3Config(AlgoConfig):
     """Dreamer V3 (Hafner et al., 2023) with TorchRL's V3 losses, modules and
-    optimiser; paper defaults. Sizes are small (runs on a CPU); raise hidden_dim,
-    rssm_hidden_dim, mlp_layers and encoder_channels for the paper's sizes
-    (model=size12m, ...: conf/model/)."""
+    optimiser, at CPU scale: the paper's defaults except the sizes, learning
+    rates, warm-up and horizon, chosen so a CPU learns in a few thousand
+    updates; one set for every task (``experiment=small``). The paper's sizes
+    are the ``model=size*`` presets (conf/model/); its rates and horizon are in
+    the published presets (``experiment=dmc_vision``, ...)."""
 
     name: Literal["dreamer_v3"] = "dreamer_v3"
-    rssm_hidden_dim: int = 256
-    hidden_dim: int = 256
+    # Small networks: a 64-unit GRU (in gru_blocks blocks) and 64-unit MLPs.
+    rssm_hidden_dim: int = 64
+    hidden_dim: int = 64
     encoder_channels: int = 16  # image encoder depth (channels x 2, 3, 4, 4 per stage)
-    # LaProp with adaptive gradient clipping (DreamerV3Optimizer), one rate for
-    # all; adam_eps is its epsilon.
-    world_model_lr: float = 4e-5
-    actor_lr: float = 4e-5
-    value_lr: float = 4e-5
+    # LaProp with adaptive gradient clipping (DreamerV3Optimizer); adam_eps is
+    # its epsilon. Rates well above the paper's 4e-5 (tuned for 100M-parameter
+    # models and millions of updates): with LaProp every weight moves at most
+    # about lr per update, and a CPU run makes only a few thousand.
+    world_model_lr: float = 3e-4
+    actor_lr: float = 1e-4
+    value_lr: float = 1e-4
     adam_eps: float = 1e-20
-    gamma: float = 0.997  # horizon 333
+    gamma: float = 0.99  # horizon 100 (the paper's 0.997: 333)
     # Categorical latent: num_categoricals one-hot vectors of num_classes each.
-    num_categoricals: int = 32
-    num_classes: int = 32
+    num_categoricals: int = 16
+    num_classes: int = 16
     # Mix of the uniform distribution into every categorical (latents, discrete actions).
     unimix: float = 0.01
     # KL below this many nats (per step) is not penalised.
@@ -148,9 +156,10 @@ class DreamerV3Config(AlgoConfig):
     slow_critic_tau: float = 0.02
     slow_critic_reg: float = 1.0
     # LaProp optimiser (TorchRL's DreamerV3Optimizer): adaptive gradient clipping
-    # at agc x parameter norm, learning rates warmed up over this many updates.
+    # at agc x parameter norm, learning rates warmed up over this many updates
+    # (the paper's 1000).
     agc: float = 0.3
-    lr_warmup_steps: int = 1000
+    lr_warmup_steps: int = 100
     # How the actor's objective reaches its weights: "dynamics" backpropagates the
     # imagined return through the learned model (continuous actions only);
     # "reinforce" uses the score function with a value baseline (the paper's
@@ -197,7 +206,7 @@ class CollectorConfig:
 class BufferConfig:
     capacity: int = 100_000  # agent steps
     batch_size: int = 16  # sequences per update
-    batch_length: int = 50  # steps per sequence
+    batch_length: int = 16  # steps per sequence
     prefetch: int = 2  # batches sampled ahead in a background thread
     # Pin host storage for async copies to CUDA; auto = pin iff CUDA is used.
     pin_memory: Literal["auto", "on", "off"] = "auto"
@@ -206,8 +215,10 @@ class BufferConfig:
 @dataclass
 class CompileConfig:
     # Actor and value losses go through torch.compile; the world model's loop
-    # over time stays eager (see rssm_step).
-    enabled: bool = True
+    # over time stays eager (see rssm_step). Off by default (compile=off): a
+    # short run gains little, and an eager run needs no C++ compiler; compile=on
+    # turns it on (the presets do).
+    enabled: bool = False
     backend: Literal["inductor", "aot_eager", "eager"] = "inductor"
     # torch.compile rejects mode together with options: set one of the two.
     # reduce-overhead and max-autotune bring CUDA graphs (see cudagraphs).
@@ -221,9 +232,9 @@ class CompileConfig:
     cudagraphs: bool = False
     # Dreamer V3: also compile one step of the world model's RSSM rollout (prior
     # and posterior, forward and backward; TorchRL's RSSMRolloutV3.compile_rollout),
-    # called once per time step from the eager loop, never with CUDA graphs.
-    # 1.10-1.16x per update on a 2-core CPU (docs/PERFORMANCE.md). V1's rollout
-    # has no compiled step upstream: there the key changes nothing.
+    # called once per time step from the eager loop, never with CUDA graphs
+    # (faster updates: docs/PERFORMANCE.md). V1's rollout has no compiled step
+    # upstream: there the key changes nothing.
     rssm_step: bool = True
     # Eager-shaped calls run on the compiled losses before the first real update.
     warmup_iters: int = 2
@@ -256,8 +267,8 @@ class LoggerConfig:
 
 @dataclass
 class EvalConfig:
-    every: int = 500  # updates
-    episodes: int = 5
+    every: int = 250  # updates
+    episodes: int = 10
     video: bool = False
     # Open-loop imagination video (pixel tasks only): replayed sequences whose
     # first openloop_context steps the world model observes and the rest it
@@ -269,7 +280,7 @@ class EvalConfig:
 
 @dataclass
 class CheckpointConfig:
-    every: int = 1000  # updates; the final checkpoint is always written
+    every: int = 500  # updates; the final checkpoint is always written
     keep: int = 2
     # Also save the replay buffer, so a resumed run samples the data it had
     # (costs buffer.capacity x bytes per step of disk per checkpoint).
@@ -299,12 +310,13 @@ class DistributedConfig:
 
 @dataclass
 class TrainConfig:
-    total_frames: int = 40_000  # env frames (agent steps x action repeat)
+    total_frames: int = 16_000  # env frames (agent steps x action repeat)
     # Wall-clock budget of this invocation: past it the run finishes as if it had
     # reached total_frames (final evaluation, checkpoint, summary); null = none.
     max_minutes: Optional[float] = None
-    # Replayed steps per agent step: updates/step = ratio / (batch_size*batch_length).
-    train_ratio: float = 100.0
+    # Replayed steps per agent step: updates/step = ratio / (batch_size*batch_length)
+    # (128 at 16 x 16: one update every 2 agent steps).
+    train_ratio: float = 128.0
     # Updates with a non-finite loss or gradient are skipped (weights and
     # optimiser state untouched); this many in a row stop the run.
     stop_after_nonfinite: int = 10
@@ -314,7 +326,7 @@ class TrainConfig:
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     # The class algo.name names (ALGO_CONFIGS).
-    algo: Union[DreamerV1Config, DreamerV3Config] = field(default_factory=DreamerV1Config)
+    algo: Union[DreamerV1Config, DreamerV3Config] = field(default_factory=DreamerV3Config)
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
     compile: CompileConfig = field(default_factory=CompileConfig)
@@ -334,13 +346,14 @@ class Config:
     autocast: Literal["auto", "off", "bf16"] = "auto"
     # The learner process's malloc (glibc) keeps freed memory for reuse instead
     # of returning it to the OS: no page faults on every update's activations
-    # (1.18x per V1 pixel update on CPU, docs/PERFORMANCE.md); its RSS stays at its peak. No-op off glibc.
+    # (docs/PERFORMANCE.md); its RSS stays at its peak. No-op off glibc.
     retain_host_memory: bool = True
     # On CUDA: TF32 matmuls and convolutions and cudnn.benchmark (fixed shapes:
     # the fastest conv kernels are found once); false = full fp32 precision.
     cuda_fast_math: bool = True
     # A run directory to continue from (its newest checkpoint and config).
     resume: Optional[str] = None
+    # The preset's name (experiment=NAME sets it); it names the run's directory.
     experiment: str = "default"
     # The DreamerV3 size preset applied (model=size12m, conf/model/); null =
     # the algo's own sizes. Set by the preset; it names the run (W&B, plots).

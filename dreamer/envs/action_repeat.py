@@ -4,7 +4,7 @@ TorchRL's ``frame_skip`` steps its wrapped env k times, and a pixel env renders
 on every one of those steps (dm_control's ``pixels.Wrapper``, gymnasium's
 ``AddRenderObservation``) before the last frame is kept: k - 1 of every k
 renders are thrown away, and rendering is most of a pixel env step (software
-MuJoCo rendering at 64x64 costs about 30x cheetah's physics step). These
+MuJoCo rendering costs many times a physics step). These
 wrappers repeat the action *below* the pixel wrapper, so the frame is drawn
 once, after the last repeat. Observation, summed reward and the end of the
 episode (a repeat stops at the first terminal or truncated step) are what

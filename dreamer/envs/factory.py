@@ -125,7 +125,7 @@ def _base_env(env_cfg: EnvConfig, device: torch.device, pixels: bool, pixels_onl
         # Built by hand: DMControlEnv forwards render_kwargs to the task constructor
         # (TypeError), and its frame_skip renders every repeat. Here the action
         # repeats below the pixel wrapper, so one frame is drawn per agent step, at
-        # the stored size (about 3x faster than 240x320 then resize).
+        # the stored size (cheaper than rendering larger and resizing).
         rendered = dm_pixels.Wrapper(
             DMControlActionRepeat(suite.load(domain, task), env_cfg.action_repeat),
             pixels_only=pixels_only,

@@ -94,9 +94,8 @@ def _compile_child(cfg, device: str, autocast_dtype, batch, result_path: str, th
 
 # What a compile child holds besides the update its warm-up repeats: a second
 # torch interpreter, the models, dynamo/inductor and the C++ compiler it runs.
-# Measured 1.1 GiB on `experiment=small` from a cold inductor cache (the child's
-# process tree peaked at 1.26 GiB RSS, its update 0.18 GiB; 2026-11-26, 2-core
-# AMD EPYC); doubled for larger models' graphs and kernels.
+# About twice what `experiment=small`'s child takes from a cold inductor cache
+# (docs/PERFORMANCE.md), for larger models' graphs and kernels.
 CHILD_BASE_BYTES = 2 * 2**30
 # A CUDA context of its own on the learner's GPU.
 CUDA_CONTEXT_BYTES = 2**30

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -31,7 +32,13 @@ from dreamer.run.cadence import Every, Ratio
 from dreamer.run.state import Cadence, Run
 from dreamer.run.stopping import Stopper, ignore_stop_signals
 from dreamer.system import compile_cache, distributed
-from dreamer.system.cpus import IN_LEARNER_COLLECTION_MAX_S, collects_in_learner, cpu_budget, split_cores
+from dreamer.system.cpus import (
+    IN_LEARNER_COLLECTION_MAX_S,
+    CpuBudget,
+    collects_in_learner,
+    cpu_budget,
+    split_cores,
+)
 from dreamer.system.device import configure_cuda_math, gpu_sized_on_cpu, resolve_autocast, resolve_device
 from dreamer.system.memory import retain_freed_host_memory
 from dreamer.system.profiling import TraceWindow
@@ -50,6 +57,14 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
     signal then means checkpoint and hand back). Whatever was built is torn
     down again if a later step fails (live workers would keep the process
     from exiting: it joins them at exit).
+
+    The stages run in the one order that works: the run directory and the
+    checks of what it will write; the process (device, threads, seed); the
+    networks and where to collect; the learner and the replay (everything a
+    user can get wrong fails before workers spawn, and none of it creates
+    compile state); the compile cache directory; the collector workers, spawned
+    before any compile state exists (they must not inherit dynamo's); only then
+    compiling, the eval env, the logger, and the restore from a checkpoint.
     """
     started = process_start()  # wall_s, first_update_s and train.max_minutes count from here
     stopper = Stopper(requeue=requeue).install()  # SIGTERM/SIGINT/SIGUSR1/2 -> finish cleanly
@@ -57,95 +72,28 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         teardown.callback(stopper.uninstall)  # runs last
         vote_group = distributed.cpu_group() if ranks.enabled else None
         teardown.enter_context(claimed_run_dir(cfg, run_dir, ranks, vote_group))  # before any read or write there
-        resumed_state = None
-        if cfg.resume:
-            run_dir, cfg, resumed_state = resume.open_run(cfg, overridden)
-        else:
-            resume.refuse_run_dir_with_checkpoints(Path(run_dir))
-        run_dir = Path(run_dir)
+        run_dir, cfg, resumed_state = _open_run_dir(cfg, Path(run_dir), overridden, ranks)
+        resumed = resumed_state is not None
         stopper.limit_time(started, cfg.train.max_minutes)
-        check_openloop_config(cfg.eval, cfg.env, cfg.buffer.batch_length)
-        check_video_writer(ranks.is_main and (cfg.eval.video or openloop_enabled(cfg.eval, cfg.env)))
-
-        device = distributed.rank_device(resolve_device(cfg.device), ranks)
-        if ranks.enabled:  # every rank leaves the loop at the same update
-            stopper.vote = functools.partial(distributed.max_over_ranks, group=vote_group)
-        cpus = cpu_budget(ranks.local_world_size)
-        torch.set_num_threads(cfg.threads or cpus.cores)  # until the split below
-        if cfg.env.backend == "dm_control":
-            # Probed once here; workers inherit it. Each rank renders on its own GPU under EGL.
-            configure_mujoco_gl(egl_device=device.index if device.type == "cuda" else None)
-        retained = cfg.retain_host_memory and retain_freed_host_memory()
-        torch.manual_seed(cfg.seed)
-        autocast = resolve_autocast(cfg.autocast, device)
-        fast_math = configure_cuda_math(device, cfg.cuda_fast_math)
-
+        process = _configure_process(cfg, ranks, stopper, vote_group)
+        device = process.device
         build_models, learner_cls = algorithm(cfg.algo.name)
-        # The env the networks are sized from; a bad env name fails here, in one
-        # line, not in a worker.
-        proof_env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
-        try:
-            models = build_models(cfg.algo, cfg.env, proof_env, device)
-            step_bytes = bytes_per_step(proof_env.rollout(1), models.obs_key)
-            acting = models.policy(explore=True)  # on the learner's device
-            collect_s = collection_cost(cfg, proof_env, acting, device)
-            thread_gain_s = learner_thread_gain(cfg, proof_env, acting, collect_s, cpus.cores)
-        finally:
-            close_env(proof_env)
-        parameters = sum(p.numel() for p in models.modules.parameters())
-        log.info("model: %d parameters", parameters)
-        warning = gpu_sized_on_cpu(parameters, device)
-        if warning:
-            log.warning(warning)
-        in_learner = collects_in_learner(device.type, collect_s, thread_gain_s)
-        workers, threads = split_cores(cpus.cores, cfg.collector.num_workers, cfg.threads, in_learner=in_learner)
-        torch.set_num_threads(threads)
-        log.info("%s: %d collector worker(s), %d learner thread(s)%s", cpus.describe(), workers, threads,
-                 describe_collection(cfg, collect_s, workers, thread_gain_s))
-        log.info(
-            "device=%s workers=%d learner_threads=%d autocast=%s cuda_fast_math=%s retain_host_memory=%s", device,
-            workers, torch.get_num_threads(), autocast, fast_math, retained,
-        )
-        need = check_capacity(cfg.buffer, step_bytes, ranks_per_node=ranks.local_world_size)
-        log.info("replay: %d steps x %d bytes = %.2f GiB of host memory, %s", cfg.buffer.capacity, step_bytes,
-                 need / 2**30, "page-locked" if use_pinned_memory(cfg.buffer, device) else "pageable")
-        # Everything a user can get wrong fails before workers spawn. Neither
-        # creates compile state: compiling comes after the spawn.
+        models, acting, placement, replay_bytes = _build_networks(cfg, ranks, process, build_models)
         learner = learner_cls(
-            cfg.algo, cfg.compile, models, device,
-            batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length, autocast_dtype=autocast,
+            cfg.algo, cfg.compile, models, device, batch_size=cfg.buffer.batch_size,
+            batch_length=cfg.buffer.batch_length, autocast_dtype=process.autocast,
         )
         replay = make_replay_buffer(cfg.buffer, device)
         if cfg.checkpoint.replay and ranks.is_main:
-            ckpt.check_replay_checkpoint_space(run_dir, need, model_checkpoint_bytes(learner, models),
+            ckpt.check_replay_checkpoint_space(run_dir, replay_bytes, model_checkpoint_bytes(learner, models),
                                                cfg.checkpoint.keep)
-
-        # Before the workers spawn (they inherit the cache dir) and before any compile.
-        compile_cache.use_cache_dir(cfg.compile)
-        artifact_sha256 = load_compile_artifact(cfg, run_dir, resumed_state, overridden)
-
-        random_frames = cfg.collector.init_random_frames
-        if resumed_state is not None:
-            random_frames = 0  # the policy is trained already
+        artifact_sha256 = _use_compile_cache(cfg, run_dir, resumed_state, overridden)
         trace_window = TraceWindow(cfg.profiling, active=ranks.is_main)
         # Released as soon as the loop stops collecting (before the final eval), else at teardown.
         collection = teardown.enter_context(contextlib.ExitStack())
         collection.callback(trace_window.finish)  # after the workers wrote their traces
-        # Collectors first: workers are spawned before any compile state exists
-        # (a restart after a worker died spawns fresh interpreters: still clean).
-        collector_device = torch.device(cfg.collector.device)
-        collector = SupervisedCollector(
-            lambda restarted: make_collector(  # a restart copies the current weights again
-                cfg.collector, cfg.env, cfg.algo, cfg.compile, worker_policy(acting, device, collector_device)[0],
-                seed=cfg.seed,
-                workers=workers, random_frames=0 if restarted else random_frames,
-                learner_threads=threads, worker_hook=trace_window.collector_hook(), rank=ranks.rank,
-                worker_init=start_quiet_worker if quiet else ignore_stop_signals,
-            ),
-            restart=cfg.collector.restart_on_failure, max_restarts=cfg.collector.max_restarts,
-            should_stop=lambda: stopper.requested is not None,
-            weights_source=acting if workers_hold_a_copy(device, collector_device) else None,
-        )
+        collector = _start_collector(cfg, ranks, stopper, acting, device, placement, trace_window,
+                                     resumed=resumed, quiet=quiet)
         collection.callback(collector.shutdown)
 
         if not compiles_in_background(cfg, ranks):
@@ -155,78 +103,116 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
             eval_env = make_eval_env(cfg.env, cfg.algo, episodes=cfg.eval.episodes, seed=cfg.seed + 10**6,
                                      record_pixels=cfg.eval.video)
             teardown.callback(close_env, eval_env)
-        updates_per_step = cfg.train.train_ratio / (cfg.buffer.batch_size * cfg.buffer.batch_length)
-        cadence = Cadence(
-            ratio=Ratio(updates_per_step),
-            sync_weights=Every(cfg.collector.weight_sync_every),
-            log_due=Every(cfg.logger.log_every),
-            eval_due=Every(cfg.eval.every),
-            checkpoint_due=Every(cfg.checkpoint.every),
-        )
-        run_name = "-".join(p for p in (cfg.experiment, cfg.env.name, cfg.model, f"s{cfg.seed}") if p)
-        logger = RunLogger(
-            cfg.logger, run_dir, run_name=run_name, config=to_dict(cfg), enabled=ranks.is_main,
-            saved_state=resumed_state.get("logger") if resumed_state is not None else None,  # same W&B run
-        )
+        logger = _run_logger(cfg, run_dir, ranks, resumed_state)
         teardown.callback(logger.close)  # runs first
 
         run = Run(
             cfg=cfg, run_dir=run_dir, ranks=ranks, device=device, started=started, stopper=stopper,
             models=models, learner=learner, replay=replay, collector=collector, eval_env=eval_env,
-            eval_policy=models.policy(explore=False), cadence=cadence, logger=logger,
-            trace_window=trace_window, openloop=openloop_enabled(cfg.eval, cfg.env), resumed=resumed_state is not None,
+            eval_policy=models.policy(explore=False), cadence=_cadence(cfg), logger=logger,
+            trace_window=trace_window, openloop=openloop_enabled(cfg.eval, cfg.env), resumed=resumed,
             collection=collection, compile_artifact_sha256=artifact_sha256,
         )
-        if resumed_state is not None:
-            run.restore(resumed_state)
-        else:
-            logger.rewind(0)  # records of an attempt that died before its first checkpoint
-        if ranks.enabled:
-            distributed.broadcast_module(models.modules)  # identical start on every rank
-            learner.grad_sync = distributed.GradientAverager(ranks.world_size)
-        if resumed_state is not None or ranks.enabled:
-            # The workers were spawned with the weights from before the restore (a
-            # copy of them where the learner is on another device): send these.
-            collector.update_policy_weights_()
+        _restore_and_sync(run, resumed_state)
         if ranks.is_main:
             (run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
         run.teardown = teardown.pop_all()  # from here on, run.close() tears it down
     return run
 
 
-@contextlib.contextmanager
-def claimed_run_dir(cfg: Config, run_dir: Path, ranks: distributed.Ranks, vote_group) -> Iterator[None]:
-    """The run directory's lock (dreamer.run.lock) for the ``with`` block, taken by
-    rank 0 (the one writer; the other ranks write nothing there and do not lock)
-    before anything in the directory is read or written. Every rank learns whether
-    rank 0 got it, so all of them stop with one line, none waits in a collective."""
-    target, what = (resume.run_dir_to_resume(cfg), "resume") if cfg.resume else (Path(run_dir), "hydra.run.dir")
-    with contextlib.ExitStack() as held:
-        failure = None
-        if ranks.is_main:
-            target.mkdir(parents=True, exist_ok=True)
-            try:
-                held.enter_context(run_lock.hold(target, what))
-            except UserError as err:
-                failure = err
-        if ranks.enabled and distributed.max_over_ranks(int(failure is not None), group=vote_group):
-            raise failure or UserError(f"rank 0 could not lock {what}={target}; see its error line")
-        if failure is not None:
-            raise failure
-        yield
+@dataclass(frozen=True)
+class _Process:
+    """This process's setup: where it learns, on how many cores, in which precision."""
+
+    device: torch.device
+    cpus: CpuBudget
+    autocast: torch.dtype | None
+    fast_math: str
+    retained: bool  # malloc keeps freed memory (retain_host_memory)
 
 
-def model_checkpoint_bytes(learner, models) -> int:
-    """About what the learner adds to a checkpoint: its state now, plus two Adam moments
-    per parameter (the optimisers allocate them at their first step)."""
-    parameter_bytes = sum(p.numel() * p.element_size() for p in models.modules.parameters())
-    return ckpt.state_bytes(learner.state_dict()) + 2 * parameter_bytes
+@dataclass(frozen=True)
+class _Placement:
+    """Where the run collects: collector worker processes beside learner threads."""
+
+    workers: int
+    threads: int
 
 
-def load_compile_artifact(cfg: Config, run_dir: Path, resumed_state: dict | None, overridden: set[str]) -> str | None:
-    """Load the compile-cache artifact this run may use (compile_cache.artifact_to_load);
-    returns the sha256 of the run's own artifact when it was checked against the
-    checkpoint, for the next checkpoint to record again."""
+def _open_run_dir(cfg: Config, run_dir: Path, overridden: set[str],
+                  ranks: distributed.Ranks) -> tuple[Path, Config, dict | None]:
+    """The run directory and config (a resumed run's own, with its checkpoint
+    state), and the checks of what the run will write, before anything starts."""
+    resumed_state = None
+    if cfg.resume:
+        run_dir, cfg, resumed_state = resume.open_run(cfg, overridden)
+    else:
+        resume.refuse_run_dir_with_checkpoints(run_dir)
+    check_openloop_config(cfg.eval, cfg.env, cfg.buffer.batch_length)
+    check_video_writer(ranks.is_main and (cfg.eval.video or openloop_enabled(cfg.eval, cfg.env)))
+    return Path(run_dir), cfg, resumed_state
+
+
+def _configure_process(cfg: Config, ranks: distributed.Ranks, stopper: Stopper, vote_group) -> _Process:
+    """Device, threads (until placement splits the cores), rendering backend,
+    malloc policy, seed, autocast and CUDA math for this process."""
+    device = distributed.rank_device(resolve_device(cfg.device), ranks)
+    if ranks.enabled:  # every rank leaves the loop at the same update
+        stopper.vote = functools.partial(distributed.max_over_ranks, group=vote_group)
+    cpus = cpu_budget(ranks.local_world_size)
+    torch.set_num_threads(cfg.threads or cpus.cores)  # until the split by placement
+    if cfg.env.backend == "dm_control":
+        # Probed once here; workers inherit it. Each rank renders on its own GPU under EGL.
+        configure_mujoco_gl(egl_device=device.index if device.type == "cuda" else None)
+    retained = cfg.retain_host_memory and retain_freed_host_memory()
+    torch.manual_seed(cfg.seed)
+    autocast = resolve_autocast(cfg.autocast, device)
+    fast_math = configure_cuda_math(device, cfg.cuda_fast_math)
+    return _Process(device, cpus, autocast, fast_math, retained)
+
+
+def _build_networks(cfg: Config, ranks: distributed.Ranks, process: _Process, build_models) -> tuple:
+    """The algorithm's networks, sized from a proof env (a bad env name fails
+    here, in one line, not in a worker); where to collect, from what one
+    update's collection costs on that env against what the learner's threads
+    save; the replay's size checked against memory. Returns (models, acting
+    policy, placement, the replay's bytes)."""
+    device = process.device
+    proof_env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
+    try:
+        models = build_models(cfg.algo, cfg.env, proof_env, device)
+        step_bytes = bytes_per_step(proof_env.rollout(1), models.obs_key)
+        acting = models.policy(explore=True)  # on the learner's device
+        collect_s = collection_cost(cfg, proof_env, acting, device)
+        thread_gain_s = learner_thread_gain(cfg, proof_env, acting, collect_s, process.cpus.cores)
+    finally:
+        close_env(proof_env)
+    parameters = sum(p.numel() for p in models.modules.parameters())
+    log.info("model: %d parameters", parameters)
+    warning = gpu_sized_on_cpu(parameters, device)
+    if warning:
+        log.warning(warning)
+    in_learner = collects_in_learner(device.type, collect_s, thread_gain_s)
+    workers, threads = split_cores(process.cpus.cores, cfg.collector.num_workers, cfg.threads,
+                                   in_learner=in_learner)
+    torch.set_num_threads(threads)
+    log.info("%s: %d collector worker(s), %d learner thread(s)%s", process.cpus.describe(), workers, threads,
+             describe_collection(cfg, collect_s, workers, thread_gain_s))
+    log.info(
+        "device=%s workers=%d learner_threads=%d autocast=%s cuda_fast_math=%s retain_host_memory=%s", device,
+        workers, torch.get_num_threads(), process.autocast, process.fast_math, process.retained,
+    )
+    need = check_capacity(cfg.buffer, step_bytes, ranks_per_node=ranks.local_world_size)
+    log.info("replay: %d steps x %d bytes = %.2f GiB of host memory, %s", cfg.buffer.capacity, step_bytes,
+             need / 2**30, "page-locked" if use_pinned_memory(cfg.buffer, device) else "pageable")
+    return models, acting, _Placement(workers, threads), need
+
+
+def _use_compile_cache(cfg: Config, run_dir: Path, resumed_state: dict | None, overridden: set[str]) -> str | None:
+    """Inductor's cache directory and the portable artifact to start from (compile_cache.artifact_to_load),
+    before the workers spawn (they inherit the cache dir) and before any compile. Returns the sha256 of the
+    run's own artifact when it was checked against the checkpoint, for the next checkpoint to record again."""
+    compile_cache.use_cache_dir(cfg.compile)
     resumed = resumed_state is not None
     vouched = resumed_state.get("compile_artifact_sha256") if resumed else None
     given = not resumed or resume.given_on_command_line("compile.cache_artifact", overridden)
@@ -239,6 +225,63 @@ def load_compile_artifact(cfg: Config, run_dir: Path, resumed_state: dict | None
         return None
     compile_cache.load_bytes(data, artifact.path)
     return artifact.sha256 or None  # the run's own file, checked: still the one it wrote
+
+
+def _start_collector(cfg: Config, ranks: distributed.Ranks, stopper: Stopper, acting, device: torch.device,
+                     placement: _Placement, trace_window: TraceWindow, *, resumed: bool,
+                     quiet: bool) -> SupervisedCollector:
+    """The collector workers, spawned now: before any compile state exists (a
+    restart after a worker died spawns fresh interpreters: still clean)."""
+    random_frames = 0 if resumed else cfg.collector.init_random_frames  # a resumed policy is trained
+    collector_device = torch.device(cfg.collector.device)
+    return SupervisedCollector(
+        lambda restarted: make_collector(  # a restart copies the current weights again
+            cfg.collector, cfg.env, cfg.algo, cfg.compile, worker_policy(acting, device, collector_device)[0],
+            seed=cfg.seed,
+            workers=placement.workers, random_frames=0 if restarted else random_frames,
+            learner_threads=placement.threads, worker_hook=trace_window.collector_hook(), rank=ranks.rank,
+            worker_init=start_quiet_worker if quiet else ignore_stop_signals,
+        ),
+        restart=cfg.collector.restart_on_failure, max_restarts=cfg.collector.max_restarts,
+        should_stop=lambda: stopper.requested is not None,
+        weights_source=acting if workers_hold_a_copy(device, collector_device) else None,
+    )
+
+
+def _cadence(cfg: Config) -> Cadence:
+    updates_per_step = cfg.train.train_ratio / (cfg.buffer.batch_size * cfg.buffer.batch_length)
+    return Cadence(
+        ratio=Ratio(updates_per_step),
+        sync_weights=Every(cfg.collector.weight_sync_every),
+        log_due=Every(cfg.logger.log_every),
+        eval_due=Every(cfg.eval.every),
+        checkpoint_due=Every(cfg.checkpoint.every),
+    )
+
+
+def _run_logger(cfg: Config, run_dir: Path, ranks: distributed.Ranks, resumed_state: dict | None) -> RunLogger:
+    """Metrics to CSV / W&B on rank 0; a resumed run continues its W&B run."""
+    run_name = "-".join(p for p in (cfg.experiment, cfg.env.name, cfg.model, f"s{cfg.seed}") if p)
+    return RunLogger(
+        cfg.logger, run_dir, run_name=run_name, config=to_dict(cfg), enabled=ranks.is_main,
+        saved_state=resumed_state.get("logger") if resumed_state is not None else None,  # same W&B run
+    )
+
+
+def _restore_and_sync(run: Run, resumed_state: dict | None) -> None:
+    """The checkpoint's state (or a fresh start), the same weights on every rank,
+    and those weights pushed to the workers where they differ from the spawn's."""
+    if resumed_state is not None:
+        run.restore(resumed_state)
+    else:
+        run.logger.rewind(0)  # records of an attempt that died before its first checkpoint
+    if run.ranks.enabled:
+        distributed.broadcast_module(run.models.modules)  # identical start on every rank
+        run.learner.grad_sync = distributed.GradientAverager(run.ranks.world_size)
+    if resumed_state is not None or run.ranks.enabled:
+        # The workers were spawned with the weights from before the restore (a
+        # copy of them where the learner is on another device): send these.
+        run.collector.update_policy_weights_()
 
 
 def collection_cost(cfg: Config, env, policy, device: torch.device) -> float | None:
@@ -279,3 +322,32 @@ def start_quiet_worker() -> None:
     signals ignored), and the libraries' chatter is filtered as in the main process."""
     ignore_stop_signals()
     quiet_worker()
+
+
+@contextlib.contextmanager
+def claimed_run_dir(cfg: Config, run_dir: Path, ranks: distributed.Ranks, vote_group) -> Iterator[None]:
+    """The run directory's lock (dreamer.run.lock) for the ``with`` block, taken by
+    rank 0 (the one writer; the other ranks write nothing there and do not lock)
+    before anything in the directory is read or written. Every rank learns whether
+    rank 0 got it, so all of them stop with one line, none waits in a collective."""
+    target, what = (resume.run_dir_to_resume(cfg), "resume") if cfg.resume else (Path(run_dir), "hydra.run.dir")
+    with contextlib.ExitStack() as held:
+        failure = None
+        if ranks.is_main:
+            target.mkdir(parents=True, exist_ok=True)
+            try:
+                held.enter_context(run_lock.hold(target, what))
+            except UserError as err:
+                failure = err
+        if ranks.enabled and distributed.max_over_ranks(int(failure is not None), group=vote_group):
+            raise failure or UserError(f"rank 0 could not lock {what}={target}; see its error line")
+        if failure is not None:
+            raise failure
+        yield
+
+
+def model_checkpoint_bytes(learner, models) -> int:
+    """About what the learner adds to a checkpoint: its state now, plus two Adam moments
+    per parameter (the optimisers allocate them at their first step)."""
+    parameter_bytes = sum(p.numel() * p.element_size() for p in models.modules.parameters())
+    return ckpt.state_bytes(learner.state_dict()) + 2 * parameter_bytes

@@ -66,11 +66,8 @@ def set_rng_state(state: dict) -> None:
         print(f"warning: the checkpoint has {len(saved_cuda)} CUDA RNG stream(s) and {visible} CUDA device(s) "
               f"are visible: restored {min(len(saved_cuda), visible)}, the rest start afresh", file=sys.stderr)
     numpy_state = state["numpy"]
-    if isinstance(numpy_state, dict):
-        np.random.set_state((numpy_state["bit_generator"], numpy_state["keys"].numpy().astype(np.uint32),
-                             numpy_state["pos"], numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
-    else:  # checkpoints written before 2026-11-23 kept numpy's own tuple
-        np.random.set_state(numpy_state)
+    np.random.set_state((numpy_state["bit_generator"], numpy_state["keys"].numpy().astype(np.uint32),
+                         numpy_state["pos"], numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
     python_state = state["python"]
     random.setstate((python_state[0], tuple(python_state[1]), python_state[2]))
 

@@ -6,12 +6,20 @@ import contextlib
 import logging
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Union
 
 import torch
+from tensordict.nn import TensorDictSequential
+from torchrl.data import TensorDictReplayBuffer
+from torchrl.envs import SerialEnv
 
+from dreamer.algos.learner import BaseLearner
+from dreamer.algos.v1.models import DreamerV1Models
+from dreamer.algos.v3.models import DreamerV3Models
 from dreamer.config import Config, to_dict
 from dreamer.data.replay import load_replay_state, replay_state
+from dreamer.data.supervisor import SupervisedCollector
+from dreamer.report.logger import RunLogger
 from dreamer.run import checkpoint as ckpt
 from dreamer.run.cadence import Every, Ratio
 from dreamer.run.stopping import Stopper
@@ -61,14 +69,14 @@ class Run:
     device: torch.device
     started: float  # time.perf_counter() at start: wall_s and train.max_minutes count from here
     stopper: Stopper
-    models: Any  # the algorithm's networks (obs_key, modules, policy())
-    learner: Any  # a BaseLearner
-    replay: Any  # a TensorDictReplayBuffer
-    collector: Any  # a SupervisedCollector
-    eval_env: Any  # a SerialEnv, one env per evaluation episode (make_eval_env); None off rank 0
-    eval_policy: Any
+    models: Union[DreamerV1Models, DreamerV3Models]  # the algorithm's networks (obs_key, modules, policy())
+    learner: BaseLearner
+    replay: TensorDictReplayBuffer
+    collector: SupervisedCollector
+    eval_env: SerialEnv | None  # one env per evaluation episode (make_eval_env); None off rank 0
+    eval_policy: TensorDictSequential  # models.policy(explore=False)
     cadence: Cadence
-    logger: Any  # a RunLogger
+    logger: RunLogger
     trace_window: TraceWindow
     openloop: bool  # log open-loop imagination videos at each eval
     resumed: bool

@@ -196,8 +196,7 @@ class Trainer:
                  update_bytes / 2**30)
         # The child takes a core: give it one of the learner's threads meanwhile.
         # Intra-op threads that outnumber the free cores wait at every barrier for
-        # a descheduled sibling (a 2-thread learner beside one busy process ran
-        # 100x slower on 2 cores: docs/PERFORMANCE.md).
+        # a descheduled sibling, which slows the learner by orders of magnitude.
         if self.learner_threads > 1:
             torch.set_num_threads(self.learner_threads - 1)
 

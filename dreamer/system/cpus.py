@@ -81,12 +81,12 @@ def cpu_budget(ranks_per_node: int = 1, *, root: Path = CGROUP_ROOT,
 
 
 # Collecting in the learner's own process pays while it costs an update less than
-# the learner threads a worker process would take save it. On a 2-core CPU a second
-# intra-op thread makes even the smallest CPU-scale update 1.14x faster (0.1 s:
-# ~14 ms saved), while collecting one update's agent steps costs ~2 ms on Pendulum
-# states and ~10 ms on 64x64 Pendulum pixels: at or under this line every run
-# collects in the learner. Above it, a larger update's measured gain decides
-# (dreamer.system.thread_gain: 64x64 pixel updates save far more than 20 ms).
+# the learner threads a worker process would take save it. A second intra-op
+# thread saves even the smallest CPU-scale update more than this, and collecting
+# one update's agent steps on Pendulum (states or 64x64 pixels) costs less: at or
+# under this line every run collects in the learner. Above it, a larger update's
+# gain, measured at start, decides (dreamer.system.thread_gain). The figures
+# behind the line: docs/PERFORMANCE.md.
 IN_LEARNER_COLLECTION_MAX_S = 0.02
 
 

@@ -69,10 +69,10 @@ def configure_cuda_math(device: torch.device, fast: bool) -> str:
     return "tf32+cudnn.benchmark" if fast else "off"
 
 
-# Above this many parameters a model is GPU-sized: DreamerV3's size200m (~200M)
-# took 84 s per update and its dmc_vision update up to 22.6 GB of RAM on a 2-core
-# CPU (docs/PERFORMANCE.md, 2026-11-26). size25m (22-28M) and the CPU presets stay below; size50m
-# (40-49M, states or pixels) and up warn.
+# Above this many parameters a model is GPU-sized: a CPU spends a minute or more
+# on one of its updates and tens of GB of RAM on its activations (measured times
+# in docs/PERFORMANCE.md). size25m (22-28M) and the CPU presets stay below;
+# size50m (40-49M, states or pixels) and up warn.
 GPU_SIZED_PARAMETERS = 30_000_000
 
 
@@ -80,6 +80,6 @@ def gpu_sized_on_cpu(parameters: int, device: torch.device) -> str | None:
     """A warning for a GPU-sized model about to train on the CPU; None otherwise."""
     if device.type != "cpu" or parameters <= GPU_SIZED_PARAMETERS:
         return None
-    return (f"{parameters / 1e6:.0f}M parameters on the CPU: this model is sized for a GPU (DreamerV3's size200m "
-            "took 84 s per update and up to 22.6 GB of RAM on a 2-core CPU). For a CPU run pick a smaller "
-            "model (model=size12m) or experiment=small")
+    return (f"{parameters / 1e6:.0f}M parameters on the CPU: this model is sized for a GPU (on a CPU its "
+            "updates are slow and its activations take much of the RAM; measured times: docs/PERFORMANCE.md). "
+            "For a CPU run pick a smaller model (model=size12m) or experiment=small")

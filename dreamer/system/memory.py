@@ -24,10 +24,10 @@ def retain_freed_host_memory() -> bool:
     By default glibc maps each allocation above its mmap threshold (128 KiB,
     rising to 32 MiB) afresh and unmaps it when freed, so every update's large
     activations (a V1 pixel batch's conv maps are ~100 MB each) are page-faulted
-    and zeroed by the kernel again, every update: ~200k faults and 0.36 s of
-    system time per update on the 2-core box (docs/PERFORMANCE.md). Kept, the
-    next update reuses them; the process's RSS stays at its peak instead of
-    falling between updates. Returns False where the C library is not glibc.
+    and zeroed by the kernel again, every update: hundreds of thousands of page
+    faults and their system time (docs/PERFORMANCE.md). Kept, the next update
+    reuses them; the process's RSS stays at its peak instead of falling between
+    updates. Returns False where the C library is not glibc.
     """
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False

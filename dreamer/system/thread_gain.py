@@ -9,10 +9,8 @@ update runs each of those ops over the same samples forward and backward
 (backward costs about twice the forward) and more besides (decoder, heads,
 imagination), so three times the probe's gain is a lower bound on the update's
 (on 64x64 pixels the probe gains what the encoder gains; the decoder's gain
-comes on top). No weights change: the pass runs without autograd. Measured on
-64x64 DMC cartpole-swingup (`small`, a 2-core AMD EPYC): the probe put the gain
-at 137-168 ms at two runs' starts; the eager update took 1.166 s on one thread and
-0.708 s on two, a 458 ms gain (docs/PERFORMANCE.md, 2026-11-26).
+comes on top). No weights change: the pass runs without autograd. How the
+probe's figure compares with a whole update's gain: docs/PERFORMANCE.md.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def test_load_config_plain_dict_overrides_defaults_and_keeps_the_rest():
 
 
 def test_load_config_round_trips_to_dict():
-    cfg = load_config({"algo": {"state_dim": 7}, "compile": {"enabled": False}})
+    cfg = load_config({"algo": {"name": "dreamer_v1", "state_dim": 7}, "compile": {"enabled": True}})
     assert load_config(to_dict(cfg)) == cfg
 
 
@@ -62,8 +62,9 @@ def test_load_config_ignores_hydra_section():
     ],
 )
 def test_invalid_choice_names_key_and_allowed_values(section, key, value, allowed):
+    algo_name = {"name": "dreamer_v1"} if section == "algo" else {}  # activation is V1's
     with pytest.raises(UserError) as err:
-        load_config({section: {key: value}})
+        load_config({section: {key: value, **algo_name}})
     msg = str(err.value)
     assert f"{section}.{key}" in msg
     assert value in msg
@@ -260,7 +261,7 @@ def test_every_experiment_preset_composes_and_validates(compose, experiment):
     [(g, o) for g in ("env", "logger", "compile", "buffer", "collector", "algo") for o in _names(g)],
 )
 def test_every_group_option_composes_and_validates(compose, group, option):
-    load_config(compose(["~experiment", f"{group}={option}"]))  # on the base, no preset's keys
+    load_config(compose([f"{group}={option}"]))  # on the base: no preset by default
 
 
 def test_smoke_preset_is_pixels_and_small(compose):
@@ -501,20 +502,20 @@ def test_the_key_check_counts_a_read_only_on_its_own_section(tmp_path):
 # -- Dreamer V3 keys -------------------------------------------------------------
 
 
-def test_algo_dreamer_v3_selects_v3_with_paper_defaults(compose):
-    cfg = load_config(compose(["~experiment", "algo=dreamer_v3"]))
+def test_algo_dreamer_v3_selects_v3_with_paper_losses_at_cpu_scale(compose):
+    cfg = load_config(compose(["algo=dreamer_v3"]))
     a = cfg.algo
     assert a.name == "dreamer_v3"
-    assert (a.num_categoricals, a.num_classes, a.unimix) == (32, 32, 0.01)
+    assert (a.num_categoricals, a.num_classes, a.unimix) == (16, 16, 0.01)
     assert (a.free_bits, a.dyn_loss_scale, a.rep_loss_scale, a.num_bins) == (1.0, 0.5, 0.1, 255)
     assert (a.agc, a.adam_eps, a.return_norm_rate, a.slow_critic_tau) == (0.3, 1e-20, 0.01, 0.02)
     # The envs and collectors carry V3's categorical latent, not V1's state_dim.
-    assert a.latent_state_dim == 32 * 32
-    assert load_config(compose(["~experiment"])).algo.latent_state_dim == Config().algo.state_dim
+    assert a.latent_state_dim == 16 * 16
+    assert load_config(compose(["algo=dreamer_v1"])).algo.latent_state_dim == DreamerV1Config().state_dim
 
 
-def test_pendulum_preset_is_v3_on_pendulum_states(compose):
-    cfg = load_config(compose(["experiment=pendulum"]))
+def test_small_preset_is_v3_on_pendulum_states(compose):
+    cfg = load_config(compose(["experiment=small"]))
     assert cfg.algo.name == "dreamer_v3"
     assert cfg.env.name == "Pendulum-v1" and not cfg.env.from_pixels
 
@@ -535,7 +536,7 @@ def test_pendulum_preset_is_v3_on_pendulum_states(compose):
         ("return_norm_rate", 0.0, "algo.return_norm_rate=0.0"),
         ("num_bins", 254, "algo.num_bins=254 must be odd"),
         ("actor_grad", "backprop", "choose one of: auto, dynamics, reinforce"),
-        ("gru_blocks", 3, "algo.rssm_hidden_dim=256 does not split into algo.gru_blocks=3"),
+        ("gru_blocks", 3, "algo.rssm_hidden_dim=64 does not split into algo.gru_blocks=3"),
         ("replay_value_scale", -0.3, "algo.replay_value_scale=-0.3 must be >= 0"),
     ],
 )
@@ -560,17 +561,17 @@ def test_a_v1_slow_value_rate_outside_0_to_1_is_one_line_naming_the_key(value):
 def test_no_size_preset_keeps_the_algo_and_experiment_sizes(compose):
     cfg = load_config(compose([]))
     assert cfg.model is None
-    # experiment=default is experiment=small: 64 / 64, 16 x 16 latent; DreamerV3Config's 16 channels, 2 layers.
+    # DreamerV3Config's CPU scale: 64 / 64, 16 x 16 latent, 16 channels, 2 layers.
     a = cfg.algo
     assert (a.rssm_hidden_dim, a.hidden_dim, a.encoder_channels, a.num_classes, a.mlp_layers) == (64, 64, 16, 16, 2)
 
 
 @pytest.mark.parametrize(
     "experiment, size, rssm_hidden_dim, num_classes",
-    [("pendulum", "size12m", 2048, 16), ("atari100k", "size1m", 512, 4), ("dmc_proprio", "size50m", 4096, 32)],
+    [("small", "size12m", 2048, 16), ("atari100k", "size1m", 512, 4), ("dmc_proprio", "size50m", 4096, 32)],
 )
 def test_a_size_preset_wins_over_any_experiments_sizes(compose, experiment, size, rssm_hidden_dim, num_classes):
-    # pendulum sets its own small sizes; atari100k and dmc_proprio pick a size preset.
+    # small keeps the schema's sizes; atari100k and dmc_proprio pick a size preset.
     cfg = load_config(compose([f"experiment={experiment}", f"model={size}"]))
     assert cfg.model == size and cfg.experiment == experiment
     assert (cfg.algo.rssm_hidden_dim, cfg.algo.num_classes) == (rssm_hidden_dim, num_classes)
@@ -620,18 +621,18 @@ def test_bad_noop_max_is_one_line(env, message):
 
 
 def test_algo_name_picks_the_algorithms_class():
-    assert isinstance(load_config({}).algo, DreamerV1Config)
+    assert isinstance(load_config({}).algo, DreamerV3Config)
     v3 = load_config({"algo": {"name": "dreamer_v3", "num_classes": 8}})
     assert isinstance(v3.algo, DreamerV3Config) and v3.algo.num_classes == 8
-    assert v3.algo.latent_state_dim == 32 * 8
-    assert load_config({"algo": {"state_dim": 7}}).algo.latent_state_dim == 7
+    assert v3.algo.latent_state_dim == 16 * 8
+    assert load_config({"algo": {"name": "dreamer_v1", "state_dim": 7}}).algo.latent_state_dim == 7
     assert load_config(to_dict(v3)) == v3
 
 
 @pytest.mark.parametrize(
     "algo, message",
     [
-        ({"free_bits": 2.0},
+        ({"name": "dreamer_v1", "free_bits": 2.0},
          "algo.free_bits is a dreamer_v3 key, but algo.name=dreamer_v1: add algo=dreamer_v3 or drop it"),
         ({"name": "dreamer_v3", "state_dim": 8},
          "algo.state_dim is a dreamer_v1 key, but algo.name=dreamer_v3: add algo=dreamer_v1 or drop it"),
@@ -672,7 +673,7 @@ def test_unknown_algo_key_is_still_one_line(compose):
 
 @pytest.mark.parametrize("algo, cls", [("dreamer_v1", DreamerV1Config), ("dreamer_v3", DreamerV3Config)])
 def test_algo_group_options_are_the_dataclass_defaults(compose, algo, cls):
-    composed = to_dict(load_config(compose(["~experiment", f"algo={algo}"])))["algo"]
+    composed = to_dict(load_config(compose([f"algo={algo}"])))["algo"]
     assert composed == to_dict(cls())
 
 
@@ -711,7 +712,7 @@ def test_no_config_group_file_repeats_a_dataclass_default():
 
 
 def test_an_old_layout_config_loads_into_the_split_classes():
-    v1 = load_config({"algo": {"channels_last": False, "hidden_dim": 64}})
+    v1 = load_config({"algo": {"name": "dreamer_v1", "channels_last": False, "hidden_dim": 64}})
     old_v1 = old_layout_config(to_dict(v1), channels_last=False)
     assert "channels_last" in old_v1 and "free_bits" in old_v1["algo"]
     assert load_config(old_v1) == v1

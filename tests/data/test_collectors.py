@@ -15,7 +15,7 @@ from torch import nn
 
 from dreamer.algos.v1.learner import DreamerV1Learner
 from dreamer.algos.v1.models import build_models
-from dreamer.config import Config
+from dreamer.config import Config, DreamerV1Config
 from dreamer.data.collectors import make_collector, publish_pending_weights, worker_policy
 from dreamer.data.replay import make_replay_buffer, write
 from dreamer.envs.factory import make_env
@@ -42,11 +42,12 @@ class DynamoProbe(nn.Module):
 
 
 def tiny_config() -> Config:
-    cfg = Config()
+    cfg = Config(algo=DreamerV1Config())
     cfg.algo.state_dim, cfg.algo.rssm_hidden_dim, cfg.algo.hidden_dim = 4, 8, 16
     cfg.algo.imagination_horizon = 3
     cfg.buffer.batch_size, cfg.buffer.batch_length, cfg.buffer.capacity = 2, 5, 1000
     cfg.collector.num_workers, cfg.collector.frames_per_batch = 1, 20
+    cfg.compile.enabled = True
     cfg.compile.backend = "aot_eager"  # a real dynamo compile, without C++ codegen time
     cfg.compile.options = None
     cfg.compile.warmup_iters = 1

@@ -150,7 +150,8 @@ def test_wandb_run_offline_without_an_account_carries_config_tags_curve_and_vide
 BAD_INPUTS = {
     # preflight: Hydra's composition error, caught before Hydra runs
     "unknown preset": (["experiment=nope"],
-                       "Could not find 'experiment/nope'; choose experiment= one of: atari100k, atari_pong, default,"),
+                       "Could not find 'experiment/nope'; choose experiment= one of: "
+                       "atari100k, atari_pong, dmc_cheetah_run,"),
     # load_config: a value check
     "zero size": (["buffer.batch_size=0"], "buffer.batch_size=0 must be > 0"),
     # build time: the env factory

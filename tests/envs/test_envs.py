@@ -22,8 +22,8 @@ from tests.support.paths import REPO_ROOT
 
 STATE_DIM, BELIEF_DIM = 3, 5
 # The algo sections that size the policy's carry ("state", "belief") in every env.
-ALGO = load_config({"algo": {"state_dim": STATE_DIM, "rssm_hidden_dim": BELIEF_DIM}}).algo
-TINY_ALGO = load_config({"algo": {"state_dim": 1, "rssm_hidden_dim": 1}}).algo
+ALGO = load_config({"algo": {"name": "dreamer_v1", "state_dim": STATE_DIM, "rssm_hidden_dim": BELIEF_DIM}}).algo
+TINY_ALGO = load_config({"algo": {"name": "dreamer_v1", "state_dim": 1, "rssm_hidden_dim": 1}}).algo
 
 
 @pytest.fixture

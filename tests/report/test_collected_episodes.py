@@ -10,7 +10,7 @@ from dreamer.config import EnvConfig, load_config
 from dreamer.envs.factory import close_env, make_env
 from dreamer.report.episodes import CollectedEpisodes
 
-ALGO = load_config({"algo": {"state_dim": 2, "rssm_hidden_dim": 3}}).algo
+ALGO = load_config({"algo": {"name": "dreamer_v1", "state_dim": 2, "rssm_hidden_dim": 3}}).algo
 # 30-step episodes against 25-step batches: every episode spans two batches.
 PENDULUM = EnvConfig(name="Pendulum-v1", max_episode_steps=30, action_repeat=2)
 

@@ -11,7 +11,7 @@ from dreamer.envs.factory import close_env, make_env, make_eval_env
 from dreamer.envs.keys import PIXELS_KEY, VECTOR_KEY
 from dreamer.report.evaluation import evaluate
 
-ALGO = load_config({"algo": {"state_dim": 2, "rssm_hidden_dim": 3}}).algo
+ALGO = load_config({"algo": {"name": "dreamer_v1", "state_dim": 2, "rssm_hidden_dim": 3}}).algo
 # CartPole ends an episode when the pole falls: episodes of different lengths,
 # so some envs of the batch finish while others still run.
 CARTPOLE = EnvConfig(name="CartPole-v1", max_episode_steps=60)

@@ -22,7 +22,7 @@ from tests.support.processes import start, wait_for
 # A small V3 run compiled with inductor, as runs are (a 1-step imagination: 73 C++ kernels
 # to build against 102 at 3 steps, a quarter off the child's cold compile): its C++
 # kernels and cache keys depend on the learner's thread count, which is 2 here.
-RUN = ("experiment=pendulum", "compile.enabled=true", "compile.backend=inductor", "algo.imagination_horizon=1",
+RUN = ("experiment=small", "compile.enabled=true", "compile.backend=inductor", "algo.imagination_horizon=1",
        "threads=2", "eval.every=100000", "eval.episodes=1", "logger.progress_bar=false", "train.max_minutes=8")
 
 

@@ -5,19 +5,23 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from dreamer.config import AlgoConfig, Config, DreamerV3Config, validate
+from dreamer.config import AlgoConfig, Config, DreamerV1Config, DreamerV3Config, validate
 
 
 def tiny_config(*, pixels: bool = False, algo: str = "dreamer_v1", **env_overrides) -> Config:
     """A validated Config small enough for a CPU unit test (no torch.compile).
 
-    ``algo="dreamer_v3"``: V3 with V1's learning rates, adam_eps and gamma, the
-    values its tests have always run with (the algo classes were one class then).
+    ``algo="dreamer_v3"``: V3 with V1's learning rates, adam_eps and gamma and
+    the paper's 32 x 32 latent and warm-up, the values its tests have always run
+    with (the algo classes were one class then).
     """
     cfg = Config()
-    if algo == "dreamer_v3":
-        shared = {f.name: getattr(cfg.algo, f.name) for f in dataclasses.fields(AlgoConfig) if f.name != "name"}
-        cfg.algo = DreamerV3Config(**shared)
+    v1 = DreamerV1Config()
+    if algo == "dreamer_v1":
+        cfg.algo = v1
+    else:
+        shared = {f.name: getattr(v1, f.name) for f in dataclasses.fields(AlgoConfig) if f.name != "name"}
+        cfg.algo = DreamerV3Config(**shared, num_categoricals=32, num_classes=32, lr_warmup_steps=1000)
     cfg.env.from_pixels = pixels
     cfg.env.max_episode_steps = 50
     for key, value in env_overrides.items():

@@ -169,39 +169,83 @@ def _mlp(a, in_features: int, out_features: int | None, device, outscale: float 
 
 def build_models(algo_cfg: DreamerV3Config, env_cfg: EnvConfig, env: EnvBase, device: torch.device) -> DreamerV3Models:
     """Networks sized from ``algo_cfg`` and the env's specs (``env_cfg``: which
-    observation, image size, grayscale), on ``device``."""
+    observation, image size, grayscale), on ``device``.
+
+    Built in one order (observation networks, RSSM and heads, actor), which is
+    the order their weights are initialised from the seed and listed in
+    ``modules`` (optimisers, checkpoints); then wired into the world model, the
+    imagination env and the value and continuation modules.
+    """
     a = algo_cfg
     obs_key = observation_key(env_cfg)
     discrete = is_discrete(env)
-    action_spec = env.action_spec_unbatched
-    action_dim = action_spec.shape[-1]
-    state_dim = a.latent_state_dim
-    latent = state_dim + a.rssm_hidden_dim
-    if discrete:
-        low = high = torch.zeros(action_dim)
-    else:
-        low, high = action_spec.space.low.float(), action_spec.space.high.float()
-
+    action_dim = env.action_spec_unbatched.shape[-1]
     modules = nn.ModuleDict()
     if obs_key == PIXELS_KEY:
-        pre = PixelPreprocess(env_cfg.image_size, env_cfg.grayscale)
-        modules["preprocess"] = nn.Sequential(pre, ToUnitRange()).to(device)
-        image_shape = (pre.out_channels, env_cfg.image_size, env_cfg.image_size)
-        modules["encoder"] = DreamerV3ImageEncoder(
-            in_channels=pre.out_channels, depth=a.encoder_channels, mults=IMAGE_MULTS,
-            kernel_size=IMAGE_KERNEL, device=device,
-        )
-        embed_dim = modules["encoder"].output_features(image_shape)
-        modules["decoder"] = DreamerV3ImageDecoder(
-            in_features=latent, image_shape=image_shape, depth=a.encoder_channels, mults=IMAGE_MULTS,
-            kernel_size=IMAGE_KERNEL, num_blocks=1, device=device,
-        )
+        embed_dim = _add_image_networks(modules, a, env_cfg, device)
     else:
-        obs_dim = env.observation_spec[obs_key].shape[-1]
-        embed_dim = a.hidden_dim
-        modules["encoder"] = nn.Sequential(Symlog(), _mlp(a, obs_dim, None, device))
-        modules["decoder"] = VectorDecoderV3(_mlp(a, latent, obs_dim, device))
+        embed_dim = _add_vector_networks(modules, a, env.observation_spec[obs_key].shape[-1], device)
+    _add_rssm_and_heads(modules, a, action_dim, embed_dim, device)
+    two_hot = SymExpTwoHot(a.num_bins).to(device)  # logits -> scalar; no weights
+    actor = _add_actor(modules, a, action_dim, discrete, device)
+    rollout = _rollout(modules)
+    low, high = _action_bounds(env, discrete)
+    return DreamerV3Models(
+        world_model=_world_model(modules, rollout, obs_key), rollout=rollout,
+        model_based_env=_imagination_env(modules, a, env, two_hot, device), actor=actor,
+        value=TensorDictSequential(
+            TensorDictModule(modules["value"], in_keys=["state", "belief"], out_keys=["state_value_logits"]),
+            TensorDictModule(two_hot, in_keys=["state_value_logits"], out_keys=["state_value"]),
+        ),
+        continuation=TensorDictSequential(
+            TensorDictModule(modules["continuation"], in_keys=["state", "belief"], out_keys=["continue_logits"]),
+            TensorDictModule(nn.Sigmoid(), in_keys=["continue_logits"], out_keys=["continuation"]),
+        ),
+        modules=modules, obs_key=obs_key, discrete=discrete, action_low=low.to(device), action_high=high.to(device),
+    )
 
+
+def _latent_dim(a: DreamerV3Config) -> int:
+    """Width of (state, belief), what the decoder and every head read."""
+    return a.latent_state_dim + a.rssm_hidden_dim
+
+
+def _action_bounds(env: EnvBase, discrete: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The env's action bounds (continuous actions); zeros for discrete ones."""
+    action_spec = env.action_spec_unbatched
+    if discrete:
+        low = high = torch.zeros(action_spec.shape[-1])
+        return low, high
+    return action_spec.space.low.float(), action_spec.space.high.float()
+
+
+def _add_image_networks(modules: nn.ModuleDict, a: DreamerV3Config, env_cfg: EnvConfig, device: torch.device) -> int:
+    """Pixel preprocessing to [0, 1], conv encoder and decoder; returns the embedding width."""
+    pre = PixelPreprocess(env_cfg.image_size, env_cfg.grayscale)
+    modules["preprocess"] = nn.Sequential(pre, ToUnitRange()).to(device)
+    image_shape = (pre.out_channels, env_cfg.image_size, env_cfg.image_size)
+    modules["encoder"] = DreamerV3ImageEncoder(
+        in_channels=pre.out_channels, depth=a.encoder_channels, mults=IMAGE_MULTS,
+        kernel_size=IMAGE_KERNEL, device=device,
+    )
+    embed_dim = modules["encoder"].output_features(image_shape)
+    modules["decoder"] = DreamerV3ImageDecoder(
+        in_features=_latent_dim(a), image_shape=image_shape, depth=a.encoder_channels, mults=IMAGE_MULTS,
+        kernel_size=IMAGE_KERNEL, num_blocks=1, device=device,
+    )
+    return embed_dim
+
+
+def _add_vector_networks(modules: nn.ModuleDict, a: DreamerV3Config, obs_dim: int, device: torch.device) -> int:
+    """Symlog MLP encoder and decoder of a state vector; returns the embedding width."""
+    modules["encoder"] = nn.Sequential(Symlog(), _mlp(a, obs_dim, None, device))
+    modules["decoder"] = VectorDecoderV3(_mlp(a, _latent_dim(a), obs_dim, device))
+    return a.hidden_dim
+
+
+def _add_rssm_and_heads(modules: nn.ModuleDict, a: DreamerV3Config, action_dim: int, embed_dim: int,
+                        device: torch.device) -> None:
+    """The RSSM's prior and posterior, and the reward, continuation and value heads."""
     # The block GRU's forward that skips repeating the features per block (same weights).
     modules["prior"] = split_block_gru_inputs(RSSMPriorV3(
         action_shape=torch.Size([action_dim]), action_dim=action_dim, hidden_dim=a.hidden_dim,
@@ -214,30 +258,38 @@ def build_models(algo_cfg: DreamerV3Config, env_cfg: EnvConfig, env: EnvBase, de
         rnn_hidden_dim=a.rssm_hidden_dim, obs_embed_dim=embed_dim, use_rms_norm=True,
         unimix=a.unimix, device=device,
     )
+    latent = _latent_dim(a)
     # Zero-initialised output layers (outscale=0): reward and value start at 0.
     modules["reward"] = _mlp(a, latent, a.num_bins, device, outscale=0.0)
     modules["continuation"] = _mlp(a, latent, 1, device)
     modules["value"] = _mlp(a, latent, a.num_bins, device, outscale=0.0)
-    two_hot = SymExpTwoHot(a.num_bins).to(device)  # logits -> scalar; no weights
 
+
+def _add_actor(modules: nn.ModuleDict, a: DreamerV3Config, action_dim: int, discrete: bool,
+               device: torch.device) -> ProbabilisticTensorDictSequential:
+    """The actor: unimix categorical over discrete actions, or a normal in [-1, 1]."""
+    latent = _latent_dim(a)
     if discrete:
         actor = DreamerV3DiscreteActor(
             latent, action_dim, depth=a.mlp_layers, num_cells=a.hidden_dim, unimix=a.unimix,
             in_keys=["state", "belief"], device=device,
         )
         modules["actor"] = actor
-    else:
-        modules["actor"] = ContinuousActorV3(_mlp(a, latent, 2 * action_dim, device))
-        actor = ProbabilisticTensorDictSequential(
-            TensorDictModule(modules["actor"], in_keys=["state", "belief"], out_keys=["loc", "scale"]),
-            ProbabilisticTensorDictModule(
-                in_keys=["loc", "scale"], out_keys=["action"],
-                distribution_class=IndependentNormal,
-                default_interaction_type=InteractionType.RANDOM,
-            ),
-        )
+        return actor
+    modules["actor"] = ContinuousActorV3(_mlp(a, latent, 2 * action_dim, device))
+    return ProbabilisticTensorDictSequential(
+        TensorDictModule(modules["actor"], in_keys=["state", "belief"], out_keys=["loc", "scale"]),
+        ProbabilisticTensorDictModule(
+            in_keys=["loc", "scale"], out_keys=["action"],
+            distribution_class=IndependentNormal,
+            default_interaction_type=InteractionType.RANDOM,
+        ),
+    )
 
-    rollout = LeanRSSMRolloutV3(
+
+def _rollout(modules: nn.ModuleDict) -> LeanRSSMRolloutV3:
+    """The RSSM over (B, T): prior then posterior at every step."""
+    return LeanRSSMRolloutV3(
         TensorDictModule(
             modules["prior"], in_keys=["state", "belief", "action"],
             out_keys=[("next", "prior_logits"), ("next", "state"), ("next", "belief")],
@@ -249,8 +301,12 @@ def build_models(algo_cfg: DreamerV3Config, env_cfg: EnvConfig, env: EnvBase, de
         # Every sampled sequence starts from zeros (learner.prepare); no resets inside.
         reset_key=None,
     )
+
+
+def _world_model(modules: nn.ModuleDict, rollout: LeanRSSMRolloutV3, obs_key: str) -> TensorDictSequential:
+    """encoder -> rollout -> decoder, reward logits, continue logit: what DreamerV3ModelLoss trains."""
     latent_next = [("next", "state"), ("next", "belief")]
-    world_model = TensorDictSequential(
+    return TensorDictSequential(
         TensorDictModule(modules["encoder"], in_keys=[("next", obs_key)], out_keys=[("next", "encoded_latents")]),
         rollout,
         TensorDictModule(modules["decoder"], in_keys=latent_next, out_keys=[("next", "reco_" + obs_key)]),
@@ -259,6 +315,10 @@ def build_models(algo_cfg: DreamerV3Config, env_cfg: EnvConfig, env: EnvBase, de
         TensorDictModule(modules["continuation"], in_keys=latent_next, out_keys=[("next", "continue_pred")]),
     )
 
+
+def _imagination_env(modules: nn.ModuleDict, a: DreamerV3Config, env: EnvBase, two_hot: nn.Module,
+                     device: torch.device) -> ImaginationEnv:
+    """The prior and the reward head as an env the actor imagines in (latents only)."""
     # The learner sets rollout_gradients=False for a REINFORCE actor loss.
     model_based_env = ImaginationEnv(
         world_model=WorldModelWrapper(
@@ -272,25 +332,11 @@ def build_models(algo_cfg: DreamerV3Config, env_cfg: EnvConfig, env: EnvBase, de
                 TensorDictModule(two_hot, in_keys=["reward_logits"], out_keys=["reward"]),
             ),
         ),
-        prior_shape=torch.Size([state_dim]),
+        prior_shape=torch.Size([a.latent_state_dim]),
         belief_shape=torch.Size([a.rssm_hidden_dim]),
         device=device,
     )
     model_based_env.set_specs_from_env(env)
     # Imagination produces latents only, no observations.
     model_based_env.observation_spec = model_based_env.state_spec.clone()
-    model_based_env = model_based_env.to(device)
-
-    value = TensorDictSequential(
-        TensorDictModule(modules["value"], in_keys=["state", "belief"], out_keys=["state_value_logits"]),
-        TensorDictModule(two_hot, in_keys=["state_value_logits"], out_keys=["state_value"]),
-    )
-    continuation = TensorDictSequential(
-        TensorDictModule(modules["continuation"], in_keys=["state", "belief"], out_keys=["continue_logits"]),
-        TensorDictModule(nn.Sigmoid(), in_keys=["continue_logits"], out_keys=["continuation"]),
-    )
-    return DreamerV3Models(
-        world_model=world_model, rollout=rollout, model_based_env=model_based_env, actor=actor, value=value,
-        continuation=continuation, modules=modules, obs_key=obs_key, discrete=discrete,
-        action_low=low.to(device), action_high=high.to(device),
-    )
+    return model_based_env.to(device)
