@@ -96,7 +96,8 @@ def validate(cfg: Config) -> Config:
             f"buffer.batch_length={cfg.buffer.batch_length} is longer than "
             f"env.max_episode_steps={cfg.env.max_episode_steps}: shorten the sequences"
         )
-    _check_learning_can_start(cfg)
+    if not cfg.resume:  # a resumed run's learning started with its saved config (its end: dreamer.run.finished)
+        _check_learning_can_start(cfg)
     if cfg.env.backend == "atari" and not cfg.env.from_pixels:
         raise UserError("env.backend=atari needs env.from_pixels=true (RAM states are not supported)")
     if cfg.env.noop_max and cfg.env.backend != "atari":

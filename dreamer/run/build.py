@@ -13,10 +13,12 @@ import torch
 
 from dreamer.algos.registry import algorithm
 from dreamer.config import Config, to_dict
+from dreamer.config.preflight import check_resume_dir_writable
 from dreamer.data.collectors import make_collector, seconds_per_agent_step, worker_policy, workers_hold_a_copy
 from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buffer, use_pinned_memory
 from dreamer.data.supervisor import SupervisedCollector
 from dreamer.envs.factory import close_env, make_env, make_eval_env
+from dreamer.envs.limits import check_sequences_fit_episodes
 from dreamer.envs.rendering import configure_mujoco_gl
 from dreamer.report.console import quiet_worker
 from dreamer.report.logger import RunLogger, check_video_writer
@@ -24,7 +26,8 @@ from dreamer.report.openloop import check_openloop_config, openloop_enabled
 from dreamer.run import resume
 from dreamer.run.background_compile import compiles_in_background
 from dreamer.run.cadence import Every, Ratio
-from dreamer.run.state import Cadence, Run
+from dreamer.run.finished import refuse_finished_run
+from dreamer.run.state import Cadence, Run, random_frames_left
 from dreamer.run.stopping import Stopper, ignore_stop_signals
 from dreamer.system import compile_cache, distributed
 from dreamer.system.cpus import IN_LEARNER_COLLECTION_MAX_S, collects_in_learner, cpu_budget, split_cores
@@ -53,7 +56,9 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         teardown.callback(stopper.uninstall)  # runs last
         resumed_state = None
         if cfg.resume:
+            check_resume_dir_writable(cfg.resume)
             run_dir, cfg, resumed_state = resume.open_run(cfg, overridden)
+            refuse_finished_run(run_dir, cfg, resumed_state)  # before anything is written into it
         else:
             resume.refuse_run_dir_with_checkpoints(Path(run_dir))
         run_dir = Path(run_dir)
@@ -77,6 +82,7 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         build_models, learner_cls = algorithm(cfg.algo.name)
         # The env the networks are sized from; a bad env name fails here, in one
         # line, not in a worker.
+        check_sequences_fit_episodes(cfg.env, cfg.buffer.batch_length)
         proof_env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
         try:
             models = build_models(cfg.algo, cfg.env, proof_env, device)
@@ -117,9 +123,9 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         if artifact is not None and cfg.compile.enabled:
             compile_cache.load_artifact(artifact)
 
-        random_frames = cfg.collector.init_random_frames
-        if resumed_state is not None:
-            random_frames = 0  # the policy is trained already
+        random_frames = random_frames_left(cfg.collector.init_random_frames, resumed_state)
+        if resumed_state is not None and random_frames:
+            log.info("resumed before its first update: %d random-action agent steps still to collect", random_frames)
         trace_window = TraceWindow(cfg.profiling, active=ranks.is_main)
         # Released as soon as the loop stops collecting (before the final eval), else at teardown.
         collection = teardown.enter_context(contextlib.ExitStack())

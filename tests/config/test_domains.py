@@ -174,3 +174,9 @@ def test_a_run_shorter_than_its_prefill_is_one_line_naming_the_frames_it_needs()
         in str(err.value))
     short["train"]["total_frames"] = 200
     load_config(short)
+
+
+def test_a_resume_is_not_held_to_the_prefill_of_the_presets_it_does_not_name():
+    """`resume=D train.total_frames=400` composes the defaults (a 2000-step prefill) around the two keys
+    given; the run continues with its saved config, so only that one counts."""
+    load_config({"resume": "/runs/a", "train": {"total_frames": 400}})
