@@ -2,8 +2,8 @@
 
 For each phase a fresh `python -m dreamer experiment=PRESET ...` runs (its own process group,
 as a scheduler would start it) until a marker says it is in that phase, then gets SIGTERM;
-the row reports the seconds from the signal to the process's exit, whether a checkpoint was
-written after the signal, and the exit status. Phases:
+the row reports the seconds from the signal to the final checkpoint (its file's mtime) and to
+the process's exit (teardown included: workers, logger, summary), and the exit status. Phases:
 
   prefill     collecting the random steps before the first update
   warmup      compiling the losses before the first update (compile.background=false)
@@ -103,7 +103,9 @@ def measure(phase: str, preset: str, extra: list[str], work_dir: Path, wait_s: f
         row["returncode"] = proc.wait(timeout=600)
         row["latency_s"] = round(time.monotonic() - signalled, 2)
         newest = newest_checkpoint(run_dir)
-        row["checkpoint_after_signal"] = newest is not None and newest.stat().st_mtime >= wall_signalled
+        written = newest.stat().st_mtime - wall_signalled if newest is not None else None
+        row["checkpoint_after_signal"] = written is not None and written >= 0
+        row["checkpoint_s"] = round(written, 2) if row["checkpoint_after_signal"] else None
         row["checkpoint"] = newest.name if newest is not None else None
         return row
     finally:
@@ -130,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the rows here")
     parser.add_argument("overrides", nargs="*", help="extra overrides for every run (after --)")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped: the run being measured is killed too
     phases = [p for p in args.phases.split(",") if p]
     unknown = sorted(set(phases) - set(PHASES))
     if unknown:
@@ -141,11 +144,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
     print(f"cpu: {cpu_model()} ({os.cpu_count()} logical cpus)")
-    print("| phase | preset | SIGTERM -> exit (s) | checkpoint after the signal | exit status |")
-    print("|---|---|---|---|---|")
+    print("| phase | preset | SIGTERM -> checkpoint (s) | SIGTERM -> exit (s) | checkpoint | exit status |")
+    print("|---|---|---|---|---|---|")
     for row in rows:
-        print(f"| {row['phase']} | {row['preset']} | {row.get('latency_s', row.get('error'))} | "
-              f"{row.get('checkpoint_after_signal')} ({row.get('checkpoint')}) | {row.get('returncode')} |")
+        print(f"| {row['phase']} | {row['preset']} | {row.get('checkpoint_s')} | "
+              f"{row.get('latency_s', row.get('error'))} | {row.get('checkpoint')} | {row.get('returncode')} |")
     if args.json:
         args.json.write_text(json.dumps({"cpu": cpu_model(), "rows": rows}, indent=2))
     return 0

@@ -49,6 +49,8 @@ class Trainer:
         self.switched_at: int | None = None  # the update that first ran the background-compiled losses
         self.cache_lookups_at_switch: dict[str, int] | None = None  # compile-cache counters at the switch
         self.last_eval: EvalResult | None = None
+        self.saved_at_stop = False  # a stop signal's checkpoint is written before the workers shut down
+        self.stop_checkpoint: Path | None = None
         self.episodes = CollectedEpisodes()  # the collector's finished episodes, until the next log record
         self.progress: Progress | None = None  # the bar, from the loop's start
         # Throughput counts from the end of the warm-up (set there), eval time excluded.
@@ -67,8 +69,11 @@ class Trainer:
             except WorkerDied as err:
                 path = r.save()  # nothing lost: the run continues from here
                 raise WorkerDied(f"{err}; final checkpoint {path}; continue with resume={r.run_dir}") from None
+            finished_by = r.stopper.finished_by(reason)
+            if finished_by in ("signal", "preempted"):  # first: a scheduler's kill follows its signal
+                self.stop_checkpoint, self.saved_at_stop = r.save(), True
             r.collection.close()  # progress bar, workers, trace window: done before the final eval
-            return self._finish(r.stopper.finished_by(reason))
+            return self._finish(finished_by)
         finally:
             r.close()  # the one teardown, on every way out
 
@@ -335,14 +340,13 @@ class Trainer:
 
     # -- the end --------------------------------------------------------------
     def _finish(self, finished_by: str) -> RunResult:
-        """Final checkpoint, and unless preempted: final eval (skipped after a stop
-        signal: a deadline is near) and summary.json."""
+        """Final checkpoint (after a stop signal: written already), and unless preempted: final eval
+        (skipped after a stop signal: a deadline is near) and summary.json."""
         r, n = self.r, self.r.counters
         if finished_by == "preempted":
-            # The run is not finished: the requeued job resumes it from this checkpoint.
-            path = r.save()
+            # The run is not finished: the requeued job resumes it from this checkpoint (run() wrote it).
             log.info("stop requested (%s): checkpoint %s at frames=%d updates=%d",
-                     r.stopper.why, path, n.frames, n.updates)
+                     r.stopper.why, self.stop_checkpoint, n.frames, n.updates)
             return RunResult(finished_by, r.run_dir, n.frames, n.updates, stopped_by=r.stopper.requested)
         rates = self._rates()  # the steady phase ends here, before the final eval
         ranks = {}
@@ -353,7 +357,8 @@ class Trainer:
             log.info("stopped by %s at frames=%d updates=%d", r.stopper.why, n.frames, n.updates)
         else:
             self._evaluate()
-        r.save()
+        if not self.saved_at_stop:
+            r.save()
         last = self.last_eval
         result = RunResult(
             finished_by, r.run_dir, n.frames, n.updates, stopped_by=r.stopper.requested,

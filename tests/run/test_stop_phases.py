@@ -218,3 +218,20 @@ def test_a_real_replay_of_short_episodes_fails_to_sample_in_one_line():
     with pytest.raises(UserError, match=r"as long as buffer.batch_length=10 agent steps \(the longest holds 5 steps\)"):
         with explain_short_episodes(10):
             replay.sample()
+
+
+@pytest.mark.parametrize("requeue", [False, True], ids=["stopped", "preempted"])
+def test_a_stop_signals_checkpoint_is_written_before_the_workers_shut_down(tmp_path, requeue):
+    """Shutting the workers down takes seconds of a scheduler's warning: the checkpoint comes first, once."""
+    run, calls = fake_run(tmp_path, batches=100, requeue=requeue,
+                          on_batch=lambda i: i == 3 and run.stopper.request("SIGTERM"))
+    final = "ckpt_0000000030.pt"
+    at_shutdown = []
+    run.collection.callback(lambda: at_shutdown.append([p.name for p in ckpt.list_checkpoints(tmp_path)]))
+    saves = []
+    save = run.save
+    run.save = lambda: (saves.append(run.counters.updates), save())[1]
+    result = Trainer(run).run()
+    assert result.updates == 30 and final in at_shutdown[0]
+    assert saves == [25, 30]  # the periodic one and the stop's, not a second final one
+    assert torn_down_once(calls)
