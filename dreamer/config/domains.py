@@ -13,6 +13,7 @@ base's domain (looked up along the class's MRO).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from dataclasses import dataclass
@@ -65,8 +66,10 @@ EMA_RATE = Range(0, 1, low_open=True, what="an EMA rate")
 SEED = Range(0, 2**31 - 1)
 
 
-def within(default: Any = dataclasses.MISSING, domain: Range = POSITIVE) -> Any:
+def within(default: Any = dataclasses.MISSING, domain: Range | None = None) -> Any:
     """A dataclass field with ``default`` whose values must lie in ``domain``."""
+    if domain is None:
+        raise TypeError("within() needs the field's domain")
     return dataclasses.field(default=default, metadata={DOMAIN: domain})
 
 
@@ -87,21 +90,22 @@ def is_numeric(tp: Any) -> bool:
     return tp in (int, float)
 
 
-def numeric_fields(cls: type) -> list[str]:
+@functools.lru_cache(maxsize=None)
+def numeric_fields(cls: type) -> tuple[str, ...]:
     """The names of ``cls``'s numeric fields (not of its nested sections)."""
     hints = typing.get_type_hints(cls)
-    return [f.name for f in dataclasses.fields(cls) if is_numeric(hints[f.name])]
+    return tuple(f.name for f in dataclasses.fields(cls) if is_numeric(hints[f.name]))
 
 
-def violations(cfg: Any, prefix: str = "", key_of=lambda name: name) -> Iterator[str]:
+def violations(cfg: Any, prefix: str = "") -> Iterator[str]:
     """One line per numeric value of ``cfg`` (and its nested sections, by their runtime
-    class) outside its field's domain; ``key_of`` maps a field name to its config key."""
-    numeric = set(numeric_fields(type(cfg)))
+    class) outside its field's domain (no numeric key is a Python keyword: keys are field names)."""
+    numeric = numeric_fields(type(cfg))
     for spec in dataclasses.fields(cfg):
         value = getattr(cfg, spec.name)
-        key = prefix + key_of(spec.name)
+        key = prefix + spec.name
         if dataclasses.is_dataclass(value):
-            yield from violations(value, key + ".", key_of)
+            yield from violations(value, key + ".")
         elif spec.name in numeric and value is not None:
             domain: Optional[Range] = domain_of(type(cfg), spec.name)
             if domain is not None and value not in domain:
