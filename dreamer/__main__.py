@@ -74,6 +74,9 @@ def overridden_keys(dict_cfg: DictConfig, environ=os.environ) -> set[str]:
 def main(dict_cfg: DictConfig) -> RunResult:
     with one_line_on_user_error():
         check_gl_before_torchrl()  # also for a launcher's job process, which skips run()
+    verbose = os.environ.get(VERBOSE_ENV) == "1"
+    if not verbose:
+        quiet_logging()  # Hydra has configured logging for the job by now; before torchrl logs (PyOpenGL)
     import torch.multiprocessing as mp
     from hydra.core.hydra_config import HydraConfig
 
@@ -89,9 +92,6 @@ def main(dict_cfg: DictConfig) -> RunResult:
     # signal (--signal=...@seconds before the time limit, or preemption)
     # checkpoints and exits 0, and the scheduler requeues the run.
     requeue = under_requeueing_scheduler(os.environ)
-    verbose = os.environ.get(VERBOSE_ENV) == "1"
-    if not verbose:
-        quiet_logging()  # Hydra has configured logging for the job by now
     distributed.export_scheduler_ranks(os.environ)  # a multi-task submitit job: one data-parallel run
     ranks = distributed.ranks_from_env(os.environ)  # torchrun's (or exported above), else one process
     with one_line_on_user_error():
