@@ -15,17 +15,26 @@ from omegaconf import DictConfig
 from dreamer.config import load_config, register_configs
 from dreamer.config.environ import profiling_from_env
 from dreamer.config.location import conf_dir
+from dreamer.envs.rendering import missing_gl_library
 from dreamer.errors import UserError
 from dreamer.report.console import VERBOSE_ENV, quiet_logging
 from dreamer.run.stopping import under_requeueing_scheduler
 from dreamer.system import distributed
-from torchrl_ext.tensordict_fast_path import install_from_any_fast_path
 
 if TYPE_CHECKING:
     from dreamer.run.result import RunResult
 
 register_configs()
 log = logging.getLogger("dreamer")
+
+
+def check_gl_before_torchrl(environ=os.environ) -> None:
+    """An explicit MUJOCO_GL whose library is missing fails as soon as torchrl is imported, whatever
+    the env: ``torchrl.envs`` looks for ``mujoco.mjx``, which imports mujoco's renderer, which
+    loads PyOpenGL for that backend ('NoneType' object has no attribute 'glGetError'). So it is
+    checked before torchrl is imported, for every run."""
+    if problem := missing_gl_library(environ):
+        raise UserError(problem)
 
 
 @contextlib.contextmanager
@@ -63,8 +72,15 @@ def overridden_keys(dict_cfg: DictConfig, environ=os.environ) -> set[str]:
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
 def main(dict_cfg: DictConfig) -> RunResult:
+    with one_line_on_user_error():
+        check_gl_before_torchrl()  # also for a launcher's job process, which skips run()
+    verbose = os.environ.get(VERBOSE_ENV) == "1"
+    if not verbose:
+        quiet_logging()  # Hydra has configured logging for the job by now; before torchrl logs (PyOpenGL)
     import torch.multiprocessing as mp
     from hydra.core.hydra_config import HydraConfig
+
+    from torchrl_ext.tensordict_fast_path import install_from_any_fast_path
 
     # Module outputs skip tensordict's per-call package search (torchrl_ext/tensordict_fast_path.py);
     # here rather than on import, so only the processes that train are patched (workers: make_collector).
@@ -76,9 +92,6 @@ def main(dict_cfg: DictConfig) -> RunResult:
     # signal (--signal=...@seconds before the time limit, or preemption)
     # checkpoints and exits 0, and the scheduler requeues the run.
     requeue = under_requeueing_scheduler(os.environ)
-    verbose = os.environ.get(VERBOSE_ENV) == "1"
-    if not verbose:
-        quiet_logging()  # Hydra has configured logging for the job by now
     distributed.export_scheduler_ranks(os.environ)  # a multi-task submitit job: one data-parallel run
     ranks = distributed.ranks_from_env(os.environ)  # torchrun's (or exported above), else one process
     with one_line_on_user_error():
@@ -107,6 +120,7 @@ def run() -> None:
     else:
         quiet_libraries(os.environ)
     with one_line_on_user_error():
+        check_gl_before_torchrl()
         check_command_line(sys.argv[1:])
     main()
 

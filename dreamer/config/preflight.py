@@ -2,15 +2,20 @@
 
 Hydra reports an unknown preset, an unknown key or a value of the wrong type
 with a multi-line block (and exit status 1) before our code runs. Composing the
-same config here first turns each into ``error: ...`` (exit status 2), and an
-output directory that cannot be written is found before any work starts.
+same config here first turns each into ``error: ...`` (exit status 2), and the
+config is validated here too (values, episode limits, a resume directory that
+cannot be written) with an output directory that cannot be written: found before
+Hydra creates the run directory, so a mistake leaves nothing behind.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
+from typing import Any, Mapping
 
+from dreamer.config.load import load_config
 from dreamer.config.location import conf_dir
 from dreamer.errors import UserError
 
@@ -21,8 +26,8 @@ def _first_line(err: BaseException) -> str:
     return next((line.strip() for line in str(err).splitlines() if line.strip()), err.__class__.__name__)
 
 
-def check_composition(overrides: list[str]) -> None:
-    """Compose conf/ with the user's overrides (Hydra's own settings left out)."""
+def check_composition(overrides: list[str]) -> Any:
+    """Compose conf/ with the user's overrides (Hydra's own settings left out); returns the composed config."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException, MissingConfigException, OverrideParseException
     from omegaconf.errors import OmegaConfBaseException
@@ -33,7 +38,7 @@ def check_composition(overrides: list[str]) -> None:
     mine = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            compose(config_name="config", overrides=mine)
+            return compose(config_name="config", overrides=mine)
     except MissingConfigException as err:
         options = ", ".join(sorted(err.options or []))
         group = (err.missing_cfg_file or "").split("/")[0]
@@ -80,10 +85,32 @@ def check_run_dirs_not_in_use(overrides: list[str]) -> None:
             refuse_if_held(Path(value), key)
 
 
-def check_command_line(argv: list[str]) -> None:
-    """All checks, for a plain run (``--help``, ``--cfg``, ``-m`` and the like go straight to Hydra)."""
+def check_resume_dir_writable(resume: str | None) -> None:
+    """``resume=DIR``: the run continues writing into DIR (checkpoints, records), so it must be writable."""
+    if not resume or not Path(resume).is_dir():
+        return  # a missing directory is reported when the run opens it
+    try:
+        with tempfile.TemporaryFile(dir=resume):
+            pass
+    except OSError as err:
+        raise UserError(
+            f"resume={resume} cannot be written ({err.strerror or err}): a resumed run writes its checkpoints "
+            "and records there; make it writable (or copy the run directory somewhere writable and resume that)"
+        ) from None
+
+
+def check_command_line(argv: list[str], environ: Mapping[str, str] = os.environ) -> None:
+    """All checks, for a plain run (``--help``, ``--cfg``, ``-m`` and the like go straight to Hydra):
+    the config is composed and validated here, before Hydra creates the run directory, so a
+    mistake leaves nothing behind."""
     if any(arg.startswith("-") for arg in argv):
         return
-    check_composition(argv)
+    from dreamer.envs.limits import check_sequences_fit_episodes
+
+    cfg = load_config(check_composition(argv), environ=environ)
+    if cfg.resume:  # the saved config is checked when the run opens it
+        check_resume_dir_writable(cfg.resume)
+    else:
+        check_sequences_fit_episodes(cfg.env, cfg.buffer.batch_length)
     check_run_dirs_not_in_use(argv)
     check_run_dir_writable(argv)

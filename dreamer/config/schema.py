@@ -16,6 +16,8 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
+from dreamer.config.domains import EMA_RATE, FRACTION, NON_NEGATIVE, POSITIVE, PROBABILITY, SEED, Range, within
+
 
 @dataclass
 class EnvConfig:
@@ -25,22 +27,22 @@ class EnvConfig:
     name: str = "Pendulum-v1"
     from_pixels: bool = False
     # Size the model sees (learner-side resize target, square).
-    image_size: int = 64
+    image_size: int = within(64, POSITIVE)
     # Size frames are stored at (uint8). DMC renders at this size directly;
     # gymnasium/Atari frames are downsampled to it in the worker (uint8 in,
     # uint8 out) so a 500x500 render never reaches the replay buffer.
-    render_size: int = 64
+    render_size: int = within(64, POSITIVE)
     grayscale: bool = False
-    action_repeat: int = 2
+    action_repeat: int = within(2, POSITIVE)
     # Episode limit in agent steps (after action repeat); Pendulum-v1's own limit
     # is 200 env steps = 100 agent steps at action repeat 2.
-    max_episode_steps: int = 100
+    max_episode_steps: int = within(100, POSITIVE)
     # Atari only: probability of repeating the previous action (ALE v5 default).
-    sticky_action_prob: float = 0.25
+    sticky_action_prob: float = within(0.25, PROBABILITY)
     # Atari only: no-op starts. After each reset a random number of emulator
     # frames in [0, noop_max] pass with the NOOP action (raw frames, not agent
     # steps, as in DQN's and DreamerV3's protocol: 30); 0 = off.
-    noop_max: int = 0
+    noop_max: int = within(0, NON_NEGATIVE)
     # A Python module imported (in the main process and in every collector
     # worker) before the env is looked up, so ids it registers with
     # gymnasium.register exist: env.import=mypkg.envs. YAML and the command
@@ -54,19 +56,20 @@ class AlgoConfig(abc.ABC):
     defaults (``algo.name`` picks the class: :data:`ALGO_CONFIGS`)."""
 
     name: str
-    rssm_hidden_dim: int
-    hidden_dim: int
-    encoder_channels: int
-    world_model_lr: float
-    actor_lr: float
-    value_lr: float
-    adam_eps: float
-    gamma: float
-    lmbda: float = 0.95
-    imagination_horizon: int = 15
+    rssm_hidden_dim: int = within(domain=POSITIVE)
+    hidden_dim: int = within(domain=POSITIVE)
+    encoder_channels: int = within(domain=POSITIVE)
+    world_model_lr: float = within(domain=POSITIVE)
+    actor_lr: float = within(domain=POSITIVE)
+    value_lr: float = within(domain=POSITIVE)
+    adam_eps: float = within(domain=POSITIVE)
+    gamma: float = within(domain=Range(0, 1, low_open=True))
+    # The lambda-return's mix of bootstrapped values (0) and observed rewards (1).
+    lmbda: float = within(0.95, PROBABILITY)
+    imagination_horizon: int = within(15, POSITIVE)
     # Rewards the learner sees are multiplied by this (reported returns are not).
     # Dreamer's learning rates assume O(1) rewards, as in DMC; Pendulum's reach -16.
-    reward_scale: float = 1.0
+    reward_scale: float = within(1.0, POSITIVE)
 
     @property
     @abc.abstractmethod
@@ -88,16 +91,16 @@ class DreamerV1Config(AlgoConfig):
     adam_eps: float = 1e-7
     gamma: float = 0.99
     # Size of the Gaussian stochastic latent.
-    state_dim: int = 30
+    state_dim: int = within(30, POSITIVE)
     activation: Literal["elu", "relu", "silu", "tanh"] = "elu"
-    grad_clip: float = 100.0
-    kl_scale: float = 1.0
-    free_nats: float = 3.0
-    exploration_noise: float = 0.3
+    grad_clip: float = within(100.0, POSITIVE)
+    kl_scale: float = within(1.0, NON_NEGATIVE)
+    free_nats: float = within(3.0, NON_NEGATIVE)
+    exploration_noise: float = within(0.3, NON_NEGATIVE)
     # 0: the paper's V1, whose lambda-returns bootstrap from the critic being
     # trained. > 0: from a slow copy that moves this fraction toward the critic
     # after every update (DreamerV2/V3's stabiliser; 0.02 is V3's rate).
-    slow_value_tau: float = 0.0
+    slow_value_tau: float = within(0.0, FRACTION)
     # Conv encoder/decoder in NHWC memory (pixel tasks); same numbers, faster
     # convolutions on CPU (docs/PERFORMANCE.md).
     channels_last: bool = True
@@ -129,37 +132,38 @@ class DreamerV3Config(AlgoConfig):
     actor_lr: float = 1e-4
     value_lr: float = 1e-4
     adam_eps: float = 1e-20
-    gamma: float = 0.99  # horizon 100 (the paper's 0.997: 333)
+    # Horizon 1 / (1 - gamma) = 100 (the paper's 0.997: 333; the replayed value loss divides by 1 - gamma).
+    gamma: float = within(0.99, Range(0, 1, low_open=True, high_open=True))
     # Categorical latent: num_categoricals one-hot vectors of num_classes each.
-    num_categoricals: int = 16
-    num_classes: int = 16
+    num_categoricals: int = within(16, POSITIVE)
+    num_classes: int = within(16, POSITIVE)
     # Mix of the uniform distribution into every categorical (latents, discrete actions).
-    unimix: float = 0.01
+    unimix: float = within(0.01, FRACTION)
     # KL below this many nats (per step) is not penalised.
-    free_bits: float = 1.0
+    free_bits: float = within(1.0, NON_NEGATIVE)
     # World-model loss weights: prediction (recon/reward/continue) is 1.
-    dyn_loss_scale: float = 0.5
-    rep_loss_scale: float = 0.1
+    dyn_loss_scale: float = within(0.5, NON_NEGATIVE)
+    rep_loss_scale: float = within(0.1, NON_NEGATIVE)
     # Reward and value heads: two-hot over this many symexp-spaced bins.
-    num_bins: int = 255
+    num_bins: int = within(255, POSITIVE)
     # The RSSM's recurrent core as gru_blocks block-diagonal GRUs (the paper's 8:
     # rssm_hidden_dim / 8 units each, an eighth of a full GRU's weights); 1 = one plain GRU.
-    gru_blocks: int = 8
+    gru_blocks: int = within(8, POSITIVE)
     # Hidden layers of every V3 MLP (encoder, decoder, heads, actor, value).
-    mlp_layers: int = 2
+    mlp_layers: int = within(2, POSITIVE)
     # Actor entropy bonus and return normalisation (5th-95th percentile range,
     # an EMA with this rate, never dividing by less than min_scale).
-    entropy_scale: float = 3.0e-4
-    return_norm_rate: float = 0.01
-    return_norm_min_scale: float = 1.0
+    entropy_scale: float = within(3.0e-4, NON_NEGATIVE)
+    return_norm_rate: float = within(0.01, EMA_RATE)
+    return_norm_min_scale: float = within(1.0, POSITIVE)
     # Slow critic: EMA of the value weights (tau per update) that regularises it.
-    slow_critic_tau: float = 0.02
-    slow_critic_reg: float = 1.0
+    slow_critic_tau: float = within(0.02, EMA_RATE)
+    slow_critic_reg: float = within(1.0, NON_NEGATIVE)
     # LaProp optimiser (TorchRL's DreamerV3Optimizer): adaptive gradient clipping
     # at agc x parameter norm, learning rates warmed up over this many updates
     # (the paper's 1000).
-    agc: float = 0.3
-    lr_warmup_steps: int = 100
+    agc: float = within(0.3, NON_NEGATIVE)  # 0: no clipping
+    lr_warmup_steps: int = within(100, NON_NEGATIVE)
     # How the actor's objective reaches its weights: "dynamics" backpropagates the
     # imagined return through the learned model (continuous actions only);
     # "reinforce" uses the score function with a value baseline (the paper's
@@ -168,7 +172,7 @@ class DreamerV3Config(AlgoConfig):
     # Weight of the critic's replay loss (the paper's repval, 0.3): the value
     # head also learns lambda-returns along replayed sequences, bootstrapped
     # from the imagined returns of those states. 0 turns it off.
-    replay_value_scale: float = 0.3
+    replay_value_scale: float = within(0.3, NON_NEGATIVE)
 
     @property
     def latent_state_dim(self) -> int:
@@ -183,13 +187,13 @@ ALGO_CONFIGS: dict[str, type[AlgoConfig]] = {"dreamer_v1": DreamerV1Config, "dre
 class CollectorConfig:
     # Worker processes stepping environments; null = what the cores allow
     # (cores - 1, at least 1); 0 = collect in the main process.
-    num_workers: Optional[int] = None
+    num_workers: Optional[int] = within(None, Range(0, null="automatic"))
     # Agent steps each worker returns per batch.
-    frames_per_batch: int = 100
+    frames_per_batch: int = within(100, POSITIVE)
     # Random-action steps (agent steps, all workers) before the policy acts.
-    init_random_frames: int = 2000
+    init_random_frames: int = within(2000, NON_NEGATIVE)
     # Push learner weights to the workers every K updates.
-    weight_sync_every: int = 10
+    weight_sync_every: int = within(10, POSITIVE)
     # Device the policy runs on inside workers ("cpu" keeps GPUs for learning).
     device: str = "cpu"
     # torch.compile the acting policy inside each worker (with the compile.*
@@ -199,15 +203,15 @@ class CollectorConfig:
     # seconds; true = rebuild the collector with the current weights, false = stop
     # with an error. Rebuilds allowed per run before giving up:
     restart_on_failure: bool = True
-    max_restarts: int = 3
+    max_restarts: int = within(3, NON_NEGATIVE)
 
 
 @dataclass
 class BufferConfig:
-    capacity: int = 100_000  # agent steps
-    batch_size: int = 16  # sequences per update
-    batch_length: int = 16  # steps per sequence
-    prefetch: int = 2  # batches sampled ahead in a background thread
+    capacity: int = within(100_000, POSITIVE)  # agent steps
+    batch_size: int = within(16, POSITIVE)  # sequences per update
+    batch_length: int = within(16, POSITIVE)  # steps per sequence
+    prefetch: int = within(2, NON_NEGATIVE)  # batches sampled ahead in a background thread
     # Pin host storage for async copies to CUDA; auto = pin iff CUDA is used.
     pin_memory: Literal["auto", "on", "off"] = "auto"
 
@@ -237,13 +241,16 @@ class CompileConfig:
     # upstream: there the key changes nothing.
     rssm_step: bool = True
     # Eager-shaped calls run on the compiled losses before the first real update.
-    warmup_iters: int = 2
+    warmup_iters: int = within(2, NON_NEGATIVE)
     # Compile in a spawned process while updates run eager, then switch to the
     # compiled losses (dreamer/run/background_compile.py): no minutes-long wait
     # before learning starts. false: compile and warm up before the first update
     # (the switch update then never depends on timing). Runs with several ranks
     # always compile first, so every rank switches at the same update.
     background: bool = True
+    # A background compile still running after this long is taken as hung: it is
+    # stopped and the losses stay eager (the learner gets its thread back).
+    background_timeout_minutes: float = within(60.0, POSITIVE)
     # Inductor's on-disk cache (compiled kernels); null = torch's default
     # (/tmp/torchinductor_$USER). A persistent path makes every later start warm.
     cache_dir: Optional[str] = None
@@ -258,7 +265,7 @@ class LoggerConfig:
     project: str = "dreamer"
     # W&B mode: offline needs no account; `wandb sync` uploads later.
     mode: Literal["offline", "online", "disabled"] = "offline"
-    log_every: int = 50  # updates between metric syncs
+    log_every: int = within(50, POSITIVE)  # updates between metric syncs
     progress_bar: bool = True
     # W&B run grouping (e.g. one group per sweep or ablation) and free-form tags.
     group: Optional[str] = None
@@ -267,21 +274,21 @@ class LoggerConfig:
 
 @dataclass
 class EvalConfig:
-    every: int = 250  # updates
-    episodes: int = 10
+    every: int = within(250, POSITIVE)  # updates
+    episodes: int = within(10, POSITIVE)
     video: bool = False
     # Open-loop imagination video (pixel tasks only): replayed sequences whose
     # first openloop_context steps the world model observes and the rest it
     # predicts from the recorded actions alone; rows true / predicted / error.
     openloop: bool = True
-    openloop_context: int = 5  # observed steps; < buffer.batch_length
-    openloop_sequences: int = 4  # grid columns, from one replayed batch (at most buffer.batch_size)
+    openloop_context: int = within(5, POSITIVE)  # observed steps; < buffer.batch_length
+    openloop_sequences: int = within(4, POSITIVE)  # grid columns, from one replayed batch (at most buffer.batch_size)
 
 
 @dataclass
 class CheckpointConfig:
-    every: int = 500  # updates; the final checkpoint is always written
-    keep: int = 2
+    every: int = within(500, POSITIVE)  # updates; the final checkpoint is always written
+    keep: int = within(2, POSITIVE)
     # Also save the replay buffer, so a resumed run samples the data it had
     # (costs buffer.capacity x bytes per step of disk per checkpoint).
     replay: bool = False
@@ -294,8 +301,8 @@ class ProfilingConfig:
     enabled: bool = False
     # Learner updates traced, both ends included (PROF_ITERATIONS=50-55);
     # collector workers trace the same wall-clock window.
-    first_update: int = 50
-    last_update: int = 55
+    first_update: int = within(50, POSITIVE)
+    last_update: int = within(55, POSITIVE)
     # Per-process traces and merged_trace.json land here (relative to the cwd).
     output_dir: str = "traces"
     # lite: CPU (+CUDA) activity and our named ranges; full: also shapes, memory, stacks.
@@ -310,16 +317,16 @@ class DistributedConfig:
 
 @dataclass
 class TrainConfig:
-    total_frames: int = 16_000  # env frames (agent steps x action repeat)
+    total_frames: int = within(16_000, POSITIVE)  # env frames (agent steps x action repeat)
     # Wall-clock budget of this invocation: past it the run finishes as if it had
     # reached total_frames (final evaluation, checkpoint, summary); null = none.
-    max_minutes: Optional[float] = None
+    max_minutes: Optional[float] = within(None, Range(0, low_open=True, null="no limit"))
     # Replayed steps per agent step: updates/step = ratio / (batch_size*batch_length)
     # (128 at 16 x 16: one update every 2 agent steps).
-    train_ratio: float = 128.0
+    train_ratio: float = within(128.0, POSITIVE)
     # Updates with a non-finite loss or gradient are skipped (weights and
     # optimiser state untouched); this many in a row stop the run.
-    stop_after_nonfinite: int = 10
+    stop_after_nonfinite: int = within(10, POSITIVE)
 
 
 @dataclass
@@ -336,10 +343,10 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
-    seed: int = 0
+    seed: int = within(0, SEED)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     # Intra-op threads for the learner; null = cores left after the workers.
-    threads: Optional[int] = None
+    threads: Optional[int] = within(None, Range(0, low_open=True, null="automatic"))
     # Mixed precision for the learner; auto = bf16 only where the device runs
     # it natively (CUDA with bf16 support). fp16 is not offered: its GradScaler
     # syncs with the host every step.

@@ -5,48 +5,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from dreamer.config.schema import AlgoConfig, Config, DreamerV1Config, DreamerV3Config
+from dreamer.config.domains import violations
+from dreamer.config.schema import AlgoConfig, Config, DreamerV3Config
 from dreamer.errors import UserError
-
-# Fields that must be > 0 (dotted paths); a zero batch or image size is a typo.
-_POSITIVE = [
-    "env.image_size", "env.render_size", "env.action_repeat", "env.max_episode_steps",
-    "collector.frames_per_batch", "collector.weight_sync_every",
-    "buffer.capacity", "buffer.batch_size", "buffer.batch_length",
-    "logger.log_every", "eval.every", "eval.episodes", "eval.openloop_context",
-    "eval.openloop_sequences", "checkpoint.every",
-    "checkpoint.keep", "train.total_frames", "train.train_ratio", "train.stop_after_nonfinite",
-    "profiling.first_update",
-]
-_NON_NEGATIVE = [
-    "collector.init_random_frames", "buffer.prefetch", "compile.warmup_iters", "env.noop_max",
-    "collector.max_restarts",
-]
-
-# The algo.* rules, by the class that has the field (a class's rules include its base's).
-_ALGO_POSITIVE = {
-    AlgoConfig: ["rssm_hidden_dim", "hidden_dim", "encoder_channels", "world_model_lr", "actor_lr",
-                 "value_lr", "imagination_horizon", "reward_scale"],
-    DreamerV1Config: ["state_dim", "grad_clip"],
-    DreamerV3Config: ["num_categoricals", "num_classes", "num_bins", "mlp_layers", "gru_blocks",
-                      "return_norm_min_scale"],
-}
-_ALGO_NON_NEGATIVE = {
-    DreamerV1Config: ["free_nats", "exploration_noise"],
-    DreamerV3Config: ["unimix", "free_bits", "dyn_loss_scale", "rep_loss_scale", "entropy_scale",
-                      "slow_critic_reg", "agc", "lr_warmup_steps", "replay_value_scale"],
-}
-_ALGO_EMA_RATES = {DreamerV3Config: ["slow_critic_tau", "return_norm_rate"]}
-# Fractions that must lie in [low, high).
-_ALGO_FRACTIONS = {DreamerV1Config: {"slow_value_tau": (0.0, 1.0)}, DreamerV3Config: {"unimix": (0.0, 1.0)}}
-
 
 # torch.compile modes that turn on CUDA graphs (torch._inductor.list_mode_options).
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
-
-def _algo_paths(table: dict, algo: AlgoConfig) -> list[str]:
-    """The dotted algo.* paths ``table`` lists for ``algo``'s class and its bases (base first)."""
-    return ["algo." + name for cls in reversed(type(algo).__mro__) for name in table.get(cls, ())]
 
 
 def get_path(cfg: Any, dotted: str) -> Any:
@@ -75,21 +39,39 @@ def _check_algo(algo: AlgoConfig) -> None:
             raise UserError(f"algo.num_bins={algo.num_bins} must be odd and >= 3, so one bin sits at 0")
 
 
+def steps_before_learning(cfg: Config) -> int:
+    """Agent steps the replay must hold before the first update (each rank fills its own replay,
+    and its collector takes init_random_frames random steps over all its workers)."""
+    return max(cfg.buffer.batch_size * cfg.buffer.batch_length, cfg.collector.init_random_frames)
+
+
+def _check_learning_can_start(cfg: Config) -> None:
+    """The replay can hold what the first update needs, and the run lasts until then:
+    otherwise the collector never stops (or the run ends having learned nothing)."""
+    b, needed = cfg.buffer, steps_before_learning(cfg)
+    sequences, random = b.batch_size * b.batch_length, cfg.collector.init_random_frames
+    need = (f"max(buffer.batch_size x buffer.batch_length = {sequences}, "
+            f"collector.init_random_frames = {random}) = {needed} agent steps")
+    lower = "collector.init_random_frames" if random > sequences else "buffer.batch_size x buffer.batch_length"
+    if b.capacity < needed:
+        raise UserError(
+            f"buffer.capacity={b.capacity} cannot hold what the first update needs, {need}: "
+            f"set buffer.capacity>={needed} (or lower {lower})"
+        )
+    frames = needed * cfg.env.action_repeat
+    if cfg.train.total_frames < frames:
+        raise UserError(
+            f"train.total_frames={cfg.train.total_frames} ends before learning starts: the replay first needs {need}"
+            f" = {frames} env frames (env.action_repeat={cfg.env.action_repeat}); set train.total_frames>={frames}"
+            f" (or lower {lower})"
+        )
+
+
 def validate(cfg: Config) -> Config:
     """Cross-field checks; each failure is one line saying what to change."""
-    for path in _POSITIVE + _algo_paths(_ALGO_POSITIVE, cfg.algo):
-        if get_path(cfg, path) <= 0:
-            raise UserError(f"{path}={get_path(cfg, path)} must be > 0")
-    for path in _NON_NEGATIVE + _algo_paths(_ALGO_NON_NEGATIVE, cfg.algo):
-        if get_path(cfg, path) < 0:
-            raise UserError(f"{path}={get_path(cfg, path)} must be >= 0")
-    for cls in type(cfg.algo).__mro__:
-        for name, (low, high) in _ALGO_FRACTIONS.get(cls, {}).items():
-            if not low <= getattr(cfg.algo, name) < high:
-                raise UserError(f"algo.{name}={getattr(cfg.algo, name)} must be in [{low}, {high})")
-    for path in _algo_paths(_ALGO_EMA_RATES, cfg.algo):
-        if not 0.0 < get_path(cfg, path) <= 1.0:
-            raise UserError(f"{path}={get_path(cfg, path)} is an EMA rate: it must be in (0, 1]")
+    # Every numeric key against the domain its schema field declares (dreamer.config.domains).
+    for problem in violations(cfg):
+        raise UserError(problem)
     _check_algo(cfg.algo)
     check_size_preset(cfg.model, cfg.algo.name)
     if cfg.compile.mode is not None and cfg.compile.options:
@@ -109,19 +91,13 @@ def validate(cfg: Config) -> Config:
             "reference, so workers would act with weights the learner is changing mid-update; use "
             "collector.device=cpu (the learner keeps the GPU)"
         )
-    if cfg.train.max_minutes is not None and cfg.train.max_minutes <= 0:
-        raise UserError(f"train.max_minutes={cfg.train.max_minutes} must be > 0 (or null for no limit)")
-    if cfg.threads is not None and cfg.threads <= 0:
-        raise UserError(f"threads={cfg.threads} must be > 0 (or null for automatic)")
-    if cfg.collector.num_workers is not None and cfg.collector.num_workers < 0:
-        raise UserError(f"collector.num_workers={cfg.collector.num_workers} must be >= 0")
     if cfg.buffer.batch_length > cfg.env.max_episode_steps:
         raise UserError(
             f"buffer.batch_length={cfg.buffer.batch_length} is longer than "
             f"env.max_episode_steps={cfg.env.max_episode_steps}: shorten the sequences"
         )
-    if cfg.buffer.batch_length > cfg.buffer.capacity:
-        raise UserError("buffer.capacity must hold at least one sequence (batch_length steps)")
+    if not cfg.resume:  # a resumed run's learning started with its saved config (its end: dreamer.run.finished)
+        _check_learning_can_start(cfg)
     if cfg.env.backend == "atari" and not cfg.env.from_pixels:
         raise UserError("env.backend=atari needs env.from_pixels=true (RAM states are not supported)")
     if cfg.env.noop_max and cfg.env.backend != "atari":

@@ -19,7 +19,9 @@ rounded up to a power of two by torch's caching host allocator: the bytes
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import re
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -92,6 +94,26 @@ def write(buffer: TensorDictReplayBuffer, batch: TensorDictBase, obs_key: str) -
         steps = steps.reshape(-1)
     buffer.extend(steps)
     return steps.shape[0]
+
+
+# What SliceSampler raises when no stored trajectory is as long as the sequences it must cut.
+_NO_LONG_ENOUGH_TRAJECTORY = "Did not find a single trajectory with sufficient length"
+
+
+@contextlib.contextmanager
+def explain_short_episodes(batch_length: int):
+    """SliceSampler's failure on episodes shorter than the sequences, as one line saying what to change."""
+    try:
+        yield
+    except RuntimeError as err:
+        if _NO_LONG_ENOUGH_TRAJECTORY not in str(err):
+            raise
+        longest = re.search(r"length range: \d+ - (\d+)", str(err))
+        seen = f" (the longest holds {longest.group(1)} steps)" if longest else ""
+        raise UserError(
+            f"no episode in the replay is as long as buffer.batch_length={batch_length} agent steps{seen}: the env "
+            "ends its episodes sooner; set buffer.batch_length shorter than its episodes"
+        ) from None
 
 
 def bytes_per_step(step: TensorDictBase, obs_key: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from torchrl.envs import EnvBase
@@ -25,8 +26,13 @@ class EvalResult:
         return float(torch.tensor(self.returns).std(unbiased=False))
 
 
+class _Stopped(Exception):
+    """Raised from the rollout's per-step callback to leave it at once."""
+
+
 @torch.no_grad()
-def evaluate(env: EnvBase, policy, *, episodes: int, max_steps: int, record: bool) -> EvalResult:
+def evaluate(env: EnvBase, policy, *, episodes: int, max_steps: int, record: bool,
+             should_stop: Callable[[], bool] = lambda: False) -> EvalResult | None:
     """``episodes`` episodes with the policy's mode (no exploration noise), played
     by the batch ``env`` (``make_eval_env``): each rollout plays one episode on
     each of its envs, stepped together, until ``episodes`` are done.
@@ -34,13 +40,26 @@ def evaluate(env: EnvBase, policy, *, episodes: int, max_steps: int, record: boo
     An env whose episode ends early waits, unstepped, for the others (TorchRL's
     partial steps), so each keeps its first episode's return. With ``record``,
     the first env's frames up to its episode's end are returned for a video.
+    ``should_stop`` is asked after every env step: once it says so the evaluation
+    is abandoned and None returned (a stop signal must not wait for whole episodes).
     """
     returns, frames = [], None
+
+    def stop_if_asked(*_) -> None:
+        if should_stop():
+            raise _Stopped
+
     with set_exploration_type(ExplorationType.DETERMINISTIC):
         while len(returns) < episodes:
-            rollout = env.rollout(
-                max_steps, policy, auto_cast_to_device=True, break_when_any_done=False, break_when_all_done=True
-            )  # (envs, T): after its episode's end, an env's row repeats its last step
+            if should_stop():
+                return None
+            try:
+                rollout = env.rollout(
+                    max_steps, policy, auto_cast_to_device=True, break_when_any_done=False, break_when_all_done=True,
+                    callback=stop_if_asked,
+                )  # (envs, T): after its episode's end, an env's row repeats its last step
+            except _Stopped:
+                return None
             returns += rollout["next", "episode_reward"][:, -1].reshape(-1).tolist()
             if record and frames is None and PIXELS_KEY in rollout.keys():
                 done = rollout[0]["next", "done"].reshape(-1)

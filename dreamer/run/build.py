@@ -15,10 +15,12 @@ import torch
 
 from dreamer.algos.registry import algorithm
 from dreamer.config import Config, to_dict
+from dreamer.config.preflight import check_resume_dir_writable
 from dreamer.data.collectors import make_collector, seconds_per_agent_step, worker_policy, workers_hold_a_copy
 from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buffer, use_pinned_memory
 from dreamer.data.supervisor import SupervisedCollector
 from dreamer.envs.factory import close_env, make_env, make_eval_env
+from dreamer.envs.limits import check_sequences_fit_episodes
 from dreamer.envs.rendering import configure_mujoco_gl
 from dreamer.errors import UserError
 from dreamer.report.console import quiet_worker
@@ -29,7 +31,8 @@ from dreamer.run import lock as run_lock
 from dreamer.run import resume
 from dreamer.run.background_compile import compiles_in_background
 from dreamer.run.cadence import Every, Ratio
-from dreamer.run.state import Cadence, Run
+from dreamer.run.finished import refuse_finished_run
+from dreamer.run.state import Cadence, Run, random_frames_left
 from dreamer.run.stopping import Stopper, ignore_stop_signals
 from dreamer.system import compile_cache, distributed
 from dreamer.system.cpus import (
@@ -92,8 +95,11 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         # Released as soon as the loop stops collecting (before the final eval), else at teardown.
         collection = teardown.enter_context(contextlib.ExitStack())
         collection.callback(trace_window.finish)  # after the workers wrote their traces
+        random_frames = random_frames_left(cfg.collector.init_random_frames, resumed_state)
+        if resumed and random_frames:
+            log.info("resumed before its first update: %d random-action agent steps still to collect", random_frames)
         collector = _start_collector(cfg, ranks, stopper, acting, device, placement, trace_window,
-                                     resumed=resumed, quiet=quiet)
+                                     random_frames=random_frames, quiet=quiet)
         collection.callback(collector.shutdown)
 
         if not compiles_in_background(cfg, ranks):
@@ -145,7 +151,9 @@ def _open_run_dir(cfg: Config, run_dir: Path, overridden: set[str],
     state), and the checks of what the run will write, before anything starts."""
     resumed_state = None
     if cfg.resume:
+        check_resume_dir_writable(cfg.resume)
         run_dir, cfg, resumed_state = resume.open_run(cfg, overridden)
+        refuse_finished_run(run_dir, cfg, resumed_state)  # before anything is written into it
     else:
         resume.refuse_run_dir_with_checkpoints(run_dir)
     check_openloop_config(cfg.eval, cfg.env, cfg.buffer.batch_length)
@@ -178,6 +186,7 @@ def _build_networks(cfg: Config, ranks: distributed.Ranks, process: _Process, bu
     save; the replay's size checked against memory. Returns (models, acting
     policy, placement, the replay's bytes)."""
     device = process.device
+    check_sequences_fit_episodes(cfg.env, cfg.buffer.batch_length)
     proof_env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
     try:
         models = build_models(cfg.algo, cfg.env, proof_env, device)
@@ -228,11 +237,10 @@ def _use_compile_cache(cfg: Config, run_dir: Path, resumed_state: dict | None, o
 
 
 def _start_collector(cfg: Config, ranks: distributed.Ranks, stopper: Stopper, acting, device: torch.device,
-                     placement: _Placement, trace_window: TraceWindow, *, resumed: bool,
+                     placement: _Placement, trace_window: TraceWindow, *, random_frames: int,
                      quiet: bool) -> SupervisedCollector:
     """The collector workers, spawned now: before any compile state exists (a
     restart after a worker died spawns fresh interpreters: still clean)."""
-    random_frames = 0 if resumed else cfg.collector.init_random_frames  # a resumed policy is trained
     collector_device = torch.device(cfg.collector.device)
     return SupervisedCollector(
         lambda restarted: make_collector(  # a restart copies the current weights again

@@ -38,6 +38,22 @@ class Counters:
     timers: dict = field(default_factory=lambda: {"random_phase_s": 0.0, "compile_warmup_s": 0.0, "eval_s": 0.0})
 
 
+def random_frames_left(init_random_frames: int, state: dict | None) -> int:
+    """Random-action agent steps the collector still owes: all of them on a fresh run (``state``
+    None), none once learning has started (the policy acts). A checkpoint written before the
+    first update (a stop during the random prefill) owes the rest of the prefill: what its
+    replay lacks when it holds the replay (checkpoint.replay), all of it again when it does not
+    (the random steps it collected are gone)."""
+    if state is None:
+        return init_random_frames
+    counters = state["counters"]
+    if counters["updates"] > 0:
+        return 0
+    if "replay" in state:
+        return max(0, init_random_frames - counters["steps"])
+    return init_random_frames
+
+
 @dataclass
 class Cadence:
     """The loop's clocks: updates owed per collected step, and what is due every N updates."""

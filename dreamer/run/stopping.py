@@ -49,6 +49,12 @@ def under_requeueing_scheduler(environ: Mapping[str, str]) -> bool:
     return "SLURM_JOB_ID" in environ or environ.get(REQUEUE_ENV) == "1"
 
 
+class StopRequested(BaseException):
+    """A stop signal inside :meth:`Stopper.interruptible`: the work in progress is abandoned.
+    A BaseException, as KeyboardInterrupt is: library code that catches Exception (a
+    compiler falling back on an error) must not swallow it."""
+
+
 class Stopper:
     """Installed for the length of a run (:meth:`install`, :meth:`uninstall`).
 
@@ -65,6 +71,7 @@ class Stopper:
         self._vote_due = Every(RANK_VOTE_EVERY)
         self._clock = clock
         self._previous: dict[int, object] = {}
+        self._interruptible = False
 
     # -- signals --------------------------------------------------------------
     def install(self) -> "Stopper":
@@ -87,6 +94,26 @@ class Stopper:
             kill_children()
             os._exit(FORCED_EXIT_CODE)
         self.request(signal.Signals(signum).name)
+        if self._interruptible:
+            self._interruptible = False  # raised once: the caller's cleanup runs uninterrupted
+            raise StopRequested(self.requested)
+
+    @contextlib.contextmanager
+    def interruptible(self):
+        """Inside, a stop signal also raises :class:`StopRequested` in the main thread at once,
+        for long work with no safe point to poll at whose result may be thrown away (the
+        foreground compile warm-up). With ranks it does nothing: every rank must leave at
+        the same, voted, update."""
+        if self.vote is not None:
+            yield
+            return
+        self._interruptible = True
+        try:
+            if self.requested is not None:  # asked before: set first, so no signal slips between
+                raise StopRequested(self.requested)
+            yield
+        finally:
+            self._interruptible = False
 
     def request(self, name: str) -> None:
         """Ask to stop (what a signal does; also callable directly)."""

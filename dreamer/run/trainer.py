@@ -11,7 +11,8 @@ import torch
 from torch.profiler import record_function
 
 from dreamer.config import Config
-from dreamer.data.replay import write
+from dreamer.config.validate import steps_before_learning
+from dreamer.data.replay import explain_short_episodes, write
 from dreamer.data.supervisor import WorkerDied
 from dreamer.report.episodes import CollectedEpisodes
 from dreamer.report.evaluation import EvalResult, evaluate
@@ -22,6 +23,7 @@ from dreamer.run.background_compile import BackgroundCompile, compiles_in_backgr
 from dreamer.run.build import build_run
 from dreamer.run.result import RunResult
 from dreamer.run.state import Run
+from dreamer.run.stopping import StopRequested
 from dreamer.system import compile_cache, distributed
 from dreamer.system.memory import PeakGrowth
 
@@ -47,6 +49,8 @@ class Trainer:
         self.switched_at: int | None = None  # the update that first ran the background-compiled losses
         self.cache_lookups_at_switch: dict[str, int] | None = None  # compile-cache counters at the switch
         self.last_eval: EvalResult | None = None
+        self.saved_at_stop = False  # a stop signal's checkpoint is written before the workers shut down
+        self.stop_checkpoint: Path | None = None
         self.episodes = CollectedEpisodes()  # the collector's finished episodes, until the next log record
         self.progress: Progress | None = None  # the bar, from the loop's start
         # Throughput counts from the end of the warm-up (set there), eval time excluded.
@@ -60,12 +64,16 @@ class Trainer:
         r = self.r
         try:
             try:
-                reason = self._train()
+                with explain_short_episodes(r.cfg.buffer.batch_length):
+                    reason = self._train()
             except WorkerDied as err:
                 path = r.save()  # nothing lost: the run continues from here
                 raise WorkerDied(f"{err}; final checkpoint {path}; continue with resume={r.run_dir}") from None
+            finished_by = r.stopper.finished_by(reason)
+            if finished_by in ("signal", "preempted"):  # first: a scheduler's kill follows its signal
+                self.stop_checkpoint, self.saved_at_stop = r.save(), True
             r.collection.close()  # progress bar, workers, trace window: done before the final eval
-            return self._finish(r.stopper.finished_by(reason))
+            return self._finish(finished_by)
         finally:
             r.close()  # the one teardown, on every way out
 
@@ -81,17 +89,23 @@ class Trainer:
             enabled=cfg.logger.progress_bar,
         )
         r.collection.callback(self.progress.close)
+        if not n.updates:
+            log.info("filling the replay: %d agent steps before the first update", steps_before_learning(cfg))
         for batch in r.collector:
             steps = self._store(batch)
             self.progress.collected(steps * cfg.env.action_repeat)
             if self._ready_to_learn():
                 if not self.warm:
                     n.timers["random_phase_s"] = time.perf_counter() - loop_start
-                    self._warm_up()
+                    if not self._warm_up():
+                        return "signal"
                 reason = self._pay(r.cadence.ratio.owed(steps))
                 self.progress.learned(n.updates)
-                if reason is not None or n.frames >= cfg.train.total_frames:
+                if reason is not None and n.frames < cfg.train.total_frames:
                     return reason
+            # Also before learning starts: collection ends at total_frames whatever happened.
+            if n.frames >= cfg.train.total_frames:
+                return None  # done, even where a stop came at its last updates: nothing is left to resume
             # Also while the replay fills: a stop must not wait for the warm-up's compile.
             reason = r.stopper.poll()
             if reason is not None:
@@ -136,10 +150,12 @@ class Trainer:
             r.collector.publish_pending_weights()
         if due.log_due(n.updates):
             self._log()
-        if due.eval_due(n.updates):
-            self._evaluate()
+        evaluated_last = due.eval_due.last
+        evaluate_now = due.eval_due(n.updates)  # marked done in the checkpoint below
         if due.checkpoint_due(n.updates):
-            r.save()
+            r.save()  # before the evaluation: a stop during it costs no updates
+        if evaluate_now and not self._evaluate():
+            due.eval_due.last = evaluated_last  # stopped mid-way: the final checkpoint keeps it owed
 
     # -- phases ---------------------------------------------------------------
     def _store(self, batch) -> int:
@@ -153,22 +169,29 @@ class Trainer:
         return steps
 
     def _ready_to_learn(self) -> bool:
+        """The replay holds what the first update needs (the random prefill included) or,
+        once learning has started (a resumed run refilling its replay), one batch of sequences."""
         b = self.r.cfg.buffer
-        needed = b.batch_size * b.batch_length
-        if not self.r.resumed:
-            needed = max(needed, self.r.cfg.collector.init_random_frames)
+        needed = b.batch_size * b.batch_length if self.r.counters.updates else steps_before_learning(self.r.cfg)
         return len(self.r.replay) >= needed
 
-    def _warm_up(self) -> None:
+    def _warm_up(self) -> bool:
         """Compile and warm the learner on real data before the first update, or
-        start compiling in the background (compile.background) and learn eager meanwhile."""
+        start compiling in the background (compile.background) and learn eager meanwhile.
+        False when a stop signal came during the compile (abandoned: it has no safe point)."""
         r, n = self.r, self.r.counters
         if compiles_in_background(r.cfg, r.ranks):
             self.background_due = True
         else:
             if r.cfg.compile.enabled:
+                log.info("compiling the losses before the first update (compile.background=false)")
                 self.progress.phase("compiling the losses (warm-up)")
-            seconds = r.learner.warmup(r.replay.sample())
+            try:
+                with r.stopper.interruptible():
+                    seconds = r.learner.warmup(r.replay.sample())
+            except StopRequested:
+                log.info("stop requested during the compile warm-up: warm-up abandoned")
+                return False
             n.timers["compile_warmup_s"] = seconds
             log.info("compile warm-up: %.1f s", seconds)
             if r.cfg.compile.enabled and r.ranks.is_main:  # one writer per run dir
@@ -177,6 +200,7 @@ class Trainer:
         self.steady_start, self.updates0, self.frames0 = time.perf_counter(), n.updates, n.frames
         n.timers["eval_s"] = 0.0
         self.last_rate_mark = (self.steady_start, n.updates, n.frames, 0.0)
+        return True
 
     def _start_background_compile(self, update_bytes: int) -> None:
         """The compile child, if it fits in memory beside this run (else the losses stay eager)."""
@@ -189,6 +213,7 @@ class Trainer:
         self.background = BackgroundCompile(
             r.cfg, r.device, r.learner.autocast_dtype, r.replay.sample(), r.run_dir,
             threads=self.learner_threads,  # what the compiled losses will run with here
+            timeout_s=60.0 * r.cfg.compile.background_timeout_minutes,
         )
         r.teardown.callback(self.background.cancel)  # a run that ends first stops it
         log.info("compiling the actor/value losses in the background (pid %d; the first update took %.2f GiB, "
@@ -237,13 +262,17 @@ class Trainer:
         if r.ranks.is_main:
             r.save_compile_artifact()
 
-    def _evaluate(self) -> None:
+    def _evaluate(self) -> bool:
+        """Evaluate, log and record; False when a stop signal cut it short (nothing logged)."""
         r, n, c = self.r, self.r.counters, self.r.cfg
         if not r.ranks.is_main:
-            return
+            return True
         start = time.perf_counter()
-        result = evaluate(r.eval_env, r.eval_policy, episodes=c.eval.episodes,
-                          max_steps=c.env.max_episode_steps, record=c.eval.video)
+        result = evaluate(r.eval_env, r.eval_policy, episodes=c.eval.episodes, max_steps=c.env.max_episode_steps,
+                          record=c.eval.video, should_stop=lambda: r.stopper.requested is not None)
+        if result is None:
+            log.info("stop requested during the evaluation at update %d: evaluation abandoned", n.updates)
+            return False
         self.last_eval = result
         if self.progress is not None:
             self.progress.evaluated(time.perf_counter() - start, result.mean)
@@ -256,6 +285,7 @@ class Trainer:
         if r.openloop and self.warm:  # warm: replay holds whole sequences
             self._log_openloop()
         n.timers["eval_s"] += time.perf_counter() - start
+        return True
 
     def _log_openloop(self) -> None:
         """Open-loop imagination on one replayed batch, prepared as the learner prepares it."""
@@ -309,14 +339,13 @@ class Trainer:
 
     # -- the end --------------------------------------------------------------
     def _finish(self, finished_by: str) -> RunResult:
-        """Final checkpoint, and unless preempted: final eval (skipped after a stop
-        signal: a deadline is near) and summary.json."""
+        """Final checkpoint (after a stop signal: written already), and unless preempted: final eval
+        (skipped after a stop signal: a deadline is near) and summary.json."""
         r, n = self.r, self.r.counters
         if finished_by == "preempted":
-            # The run is not finished: the requeued job resumes it from this checkpoint.
-            path = r.save()
+            # The run is not finished: the requeued job resumes it from this checkpoint (run() wrote it).
             log.info("stop requested (%s): checkpoint %s at frames=%d updates=%d",
-                     r.stopper.why, path, n.frames, n.updates)
+                     r.stopper.why, self.stop_checkpoint, n.frames, n.updates)
             return RunResult(finished_by, r.run_dir, n.frames, n.updates, stopped_by=r.stopper.requested)
         rates = self._rates()  # the steady phase ends here, before the final eval
         ranks = {}
@@ -327,7 +356,8 @@ class Trainer:
             log.info("stopped by %s at frames=%d updates=%d", r.stopper.why, n.frames, n.updates)
         else:
             self._evaluate()
-        r.save()
+        if not self.saved_at_stop:
+            r.save()
         last = self.last_eval
         result = RunResult(
             finished_by, r.run_dir, n.frames, n.updates, stopped_by=r.stopper.requested,

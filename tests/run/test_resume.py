@@ -21,7 +21,7 @@ from tests.support.paths import CONF_DIR
 
 
 def _saved() -> dict:
-    return to_dict(load_config({"buffer": {"batch_size": 4}, "train": {"total_frames": 600}}))
+    return to_dict(load_config({"buffer": {"batch_size": 4}, "train": {"total_frames": 6000}}))
 
 
 def _requested(**sections) -> Config:
@@ -29,9 +29,9 @@ def _requested(**sections) -> Config:
 
 
 def test_allow_listed_overrides_are_applied():
-    cfg = resume.merge(_saved(), _requested(train={"total_frames": 900}, eval={"every": 7}),
+    cfg = resume.merge(_saved(), _requested(train={"total_frames": 9000}, eval={"every": 7}),
                        {"train.total_frames", "eval.every"})
-    assert cfg.train.total_frames == 900 and cfg.eval.every == 7
+    assert cfg.train.total_frames == 9000 and cfg.eval.every == 7
     assert cfg.buffer.batch_size == 4  # from the saved config, not this invocation's default
 
 
@@ -39,10 +39,10 @@ def test_an_allow_listed_key_not_given_keeps_the_saved_runs_value():
     """``resume=DIR`` alone continues the run as configured: its logger (a W&B run stays
     a W&B run), evaluation and workers, not this invocation's defaults."""
     saved = to_dict(load_config({"logger": {"backend": "wandb", "project": "mine"}, "eval": {"every": 7},
-                                 "collector": {"num_workers": 3}, "device": "cpu", "train": {"total_frames": 600}}))
-    requested = _requested(train={"total_frames": 900})  # everything else at this invocation's defaults
+                                 "collector": {"num_workers": 3}, "device": "cpu", "train": {"total_frames": 6000}}))
+    requested = _requested(train={"total_frames": 9000})  # everything else at this invocation's defaults
     cfg = resume.merge(saved, requested, {"resume", "train.total_frames"})
-    assert cfg.train.total_frames == 900 and cfg.resume == "/runs/a"
+    assert cfg.train.total_frames == 9000 and cfg.resume == "/runs/a"
     assert (cfg.logger.backend, cfg.logger.project, cfg.eval.every, cfg.collector.num_workers) == \
         ("wandb", "mine", 7, 3)
 
@@ -119,9 +119,9 @@ def test_a_run_saved_before_the_algo_split_resumes(tmp_path, algo):
     old = old_layout_config(new, channels_last=False)
     (tmp_path / "config.json").write_text(json.dumps(old))
     ckpt.save_checkpoint(tmp_path, {"config": old}, updates=1, keep=1)
-    requested = load_config({"resume": str(tmp_path), "algo": {"name": algo}, "train": {"total_frames": 900}})
+    requested = load_config({"resume": str(tmp_path), "algo": {"name": algo}, "train": {"total_frames": 9000}})
     _, cfg, _ = resume.open_run(requested, {"resume", "train.total_frames"})
-    assert cfg.algo.name == algo and cfg.buffer.batch_size == 4 and cfg.train.total_frames == 900
+    assert cfg.algo.name == algo and cfg.buffer.batch_size == 4 and cfg.train.total_frames == 9000
     assert not hasattr(cfg, "channels_last")
     if algo == "dreamer_v1":
         assert cfg.algo.channels_last is False  # the saved value, moved into algo

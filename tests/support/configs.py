@@ -35,6 +35,7 @@ def tiny_config(*, pixels: bool = False, algo: str = "dreamer_v1", **env_overrid
     b.capacity, b.batch_size, b.batch_length, b.prefetch = 200, 2, 5, 0
     cfg.compile.enabled = False
     cfg.collector.num_workers = 0
+    cfg.collector.init_random_frames = 100  # what a 200-step replay can hold
     return validate(cfg)
 
 

@@ -1,0 +1,68 @@
+"""Inputs that ended in a traceback (or ran without ever learning) are one line before Hydra
+creates the run directory (dreamer/config/preflight.py; issue 45 items 1 and 11)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dreamer.config.preflight import check_command_line
+from dreamer.errors import UserError
+
+
+@contextlib.contextmanager
+def read_only(path: Path):
+    """``path`` unwritable for this process, root included (an immutable directory)."""
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i is not available here: root cannot be kept from writing a directory")
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+    else:
+        path.chmod(0o555)
+        try:
+            yield
+        finally:
+            path.chmod(0o755)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["algo=dreamer_v3", "algo.gamma=1"], "algo.gamma=1.0 must be in (0, 1)"),
+    (["algo=dreamer_v3", "algo.gamma=1.5"], "algo.gamma=1.5 must be in (0, 1)"),
+    (["algo=dreamer_v3", "algo.lmbda=-0.5"], "algo.lmbda=-0.5 must be in [0.0, 1.0]"),
+    (["seed=-1"], "seed=-1 must be in [0, 2147483647]"),
+    (["env.sticky_action_prob=2"], "env.sticky_action_prob=2.0 must be in [0.0, 1.0]"),
+    (["experiment=smoke", "buffer.capacity=50"], "buffer.capacity=50 cannot hold what the first update needs"),
+    (["experiment=smoke", "train.total_frames=150"], "train.total_frames=150 ends before learning starts"),
+    # CartPole's registered limit, 500 steps, is 63 agent steps at action repeat 8.
+    (["env.name=CartPole-v1", "env.action_repeat=8", "buffer.batch_length=64"],
+     "env.name=CartPole-v1 ends its episodes after at most 63 agent steps (its registered time limit at "
+     "env.action_repeat=8), fewer than buffer.batch_length=64: set buffer.batch_length<=63"),
+])
+def test_a_bad_value_is_one_line_before_the_run_directory_exists(overrides, message, tmp_path):
+    run_dir = tmp_path / "run"
+    with pytest.raises(UserError) as err:
+        check_command_line([*overrides, f"hydra.run.dir={run_dir}"])
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+    assert not run_dir.exists()
+
+
+def test_sequences_that_fit_the_registered_episodes_pass(tmp_path):
+    check_command_line(["env.name=CartPole-v1", "env.action_repeat=8", "buffer.batch_length=63",
+                        f"hydra.run.dir={tmp_path / 'run'}"])
+
+
+def test_resuming_a_directory_that_cannot_be_written_is_one_line(tmp_path):
+    """It was a PermissionError traceback at the first record the resumed run rewrote."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with read_only(run_dir), pytest.raises(UserError) as err:
+        check_command_line([f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'out'}"])
+    assert str(err.value).startswith(f"resume={run_dir} cannot be written (") and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,87 @@
+"""`python -m dreamer` with inputs that ended in a traceback or ran on regardless (issue 45
+item 11): one `error:` line, exit status 2, and nothing written (no run directory, or the
+resumed one untouched)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.config.test_up_front_checks import read_only
+from tests.support.processes import FAST, ROOT, dreamer_env, run_dreamer
+
+
+def _one_error_line(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines[-5:]
+    return lines[0]
+
+
+def _tree(root: Path) -> dict:
+    """Every file under ``root``: (size, mtime)."""
+    return {p.relative_to(root): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    result = run_dreamer(*FAST, "train.total_frames=200", "train.train_ratio=8", "threads=1", "eval.openloop=false",
+                         f"hydra.run.dir={run_dir}")  # learning starts at its last batch: 5 updates
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["seed=-1"], "error: seed=-1 must be in [0, 2147483647]"),
+    (["algo=dreamer_v3", "algo.gamma=1"], "error: algo.gamma=1.0 must be in (0, 1)"),
+])
+def test_a_bad_value_stops_before_hydra_writes_anything(overrides, message, tmp_path):
+    run_dir = tmp_path / "run"
+    line = _one_error_line(run_dreamer(*overrides, f"hydra.run.dir={run_dir}"))
+    assert line == message
+    assert not run_dir.exists()  # no .hydra/, no dreamer.log
+
+
+def test_an_explicit_mujoco_gl_without_its_library_is_one_line_even_for_a_gymnasium_run(tmp_path):
+    """experiment=smoke renders with pygame, yet MUJOCO_GL=osmesa without libOSMesa ended in PyOpenGL's
+    traceback: importing torchrl imports mujoco's renderer (torchrl.envs looks for mujoco.mjx).
+    The library is reported missing here whatever this machine has (ctypes finds no OSMesa)."""
+    run_dir = tmp_path / "run"
+    launcher = ("import ctypes.util, runpy, sys\n"
+                "find = ctypes.util.find_library\n"
+                "ctypes.util.find_library = lambda name: None if name == 'OSMesa' else find(name)\n"
+                "sys.argv = ['dreamer', *sys.argv[1:]]\n"
+                "runpy.run_module('dreamer', run_name='__main__')\n")
+    result = subprocess.run(
+        [sys.executable, "-c", launcher, *FAST, f"hydra.run.dir={run_dir}"], cwd=ROOT,
+        env={**dreamer_env(), "MUJOCO_GL": "osmesa", "PYOPENGL_PLATFORM": "osmesa"},
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert _one_error_line(result) == ("error: MUJOCO_GL=osmesa but libOSMesa is not installed: install libosmesa6, "
+                                       "or unset MUJOCO_GL to use a backend that renders here")
+    assert not run_dir.exists()
+
+
+@pytest.mark.timeout(300)  # the first one also makes the finished run
+def test_resuming_a_finished_run_is_one_line_naming_the_key_to_raise_and_changes_nothing(finished_run, tmp_path):
+    """It made more updates, evaluated a second time and overwrote summary.json."""
+    before = _tree(finished_run)
+    result = run_dreamer(f"resume={finished_run}", f"hydra.run.dir={tmp_path / 'out'}")
+    line = _one_error_line(result)
+    assert line.startswith(f"error: resume={finished_run}: the run is finished (frames=200 of "
+                           "train.total_frames=200); to train it further raise train.total_frames"), line
+    assert _tree(finished_run) == before
+
+
+@pytest.mark.timeout(300)
+def test_resuming_a_run_directory_that_cannot_be_written_is_one_line(finished_run, tmp_path):
+    before = _tree(finished_run)
+    with read_only(finished_run):
+        result = run_dreamer(f"resume={finished_run}", "train.total_frames=400", f"hydra.run.dir={tmp_path / 'out'}")
+    line = _one_error_line(result)
+    assert line.startswith(f"error: resume={finished_run} cannot be written ("), line
+    assert _tree(finished_run) == before and not (tmp_path / "out").exists()
