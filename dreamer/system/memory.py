@@ -101,9 +101,28 @@ def host_memory_available(root: Path = CGROUP_ROOT, proc_cgroup: Path = Path("/p
 
 
 def _peak_rss() -> int:
-    """This process's resident-set high-water mark, in bytes (Linux reports KiB, macOS bytes)."""
+    """This process's resident-set high-water mark, in bytes: Linux's VmHWM (which
+    :func:`_reset_peak_rss` can lower to the current RSS), else getrusage's maximum
+    (Linux reports KiB, macOS bytes)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+def _reset_peak_rss() -> bool:
+    """Lower this process's VmHWM to its current RSS (Linux >= 4.0: ``5`` to
+    /proc/self/clear_refs), so the next peak is this stretch's own; False where
+    that is not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
 
 
 class PeakGrowth:
@@ -111,9 +130,10 @@ class PeakGrowth:
     on ``device``: host RSS on the CPU, the caching allocator's peak on CUDA.
 
     ``with PeakGrowth(device) as growth: ...`` then ``growth.bytes``. On the CPU
-    this is the process's high-water mark after the stretch minus its RSS before:
-    exact when the stretch sets a new high, an over-estimate (on the safe side for
-    sizing another process) when an earlier peak was higher.
+    this is the process's high-water mark after the stretch minus its RSS before,
+    with the mark reset at the start where Linux allows it (exact); elsewhere an
+    earlier, higher peak makes it an over-estimate (on the safe side for sizing
+    another process).
     """
 
     def __init__(self, device: torch.device):
@@ -125,6 +145,7 @@ class PeakGrowth:
             torch.cuda.reset_peak_memory_stats(self.device)
             self._start = torch.cuda.memory_allocated(self.device)
         else:
+            _reset_peak_rss()
             self._start = psutil.Process().memory_info().rss
         return self
 

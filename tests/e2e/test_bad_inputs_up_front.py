@@ -23,8 +23,9 @@ def _one_error_line(result: subprocess.CompletedProcess) -> str:
 
 
 def _tree(root: Path) -> dict:
-    """Every file under ``root``: (size, mtime)."""
-    return {p.relative_to(root): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+    """Every file under ``root``: (size, mtime); not the run lock, which names whoever took it last."""
+    return {p.relative_to(root): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
+            if p.is_file() and p.name != "run.lock"}
 
 
 @pytest.fixture(scope="module")

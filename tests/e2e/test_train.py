@@ -133,15 +133,19 @@ def test_wandb_run_offline_without_an_account_carries_config_tags_curve_and_vide
     rows = wandb_records.history(offline)
     assert [row["step"] for row in rows if "updates" in row] == [m["frames"] for m in metrics]
     assert len(rows) == len(metrics) + sum(1 for row in rows if "updates" not in row)
-    assert {k.split("/")[0] for row in rows if "updates" not in row for k in row if not k.startswith(("_", "step"))} \
-        == {"eval_video", "openloop", "learning_curve"}
+    media = {k.split("/")[0] for row in rows if "updates" not in row for k in row if not k.startswith(("_", "step"))}
+    assert media == {"eval_video", "openloop", "learning_curve", "resume_segment"}
+    first_segment = {row["resume_segment"] for row in rows}
+    assert len(first_segment) == 1  # every row says which start of the run directory logged it
 
     # The resumed run logs into the same W&B run.
     dreamer_offline(f"resume={run_dir}", "train.total_frames=400", f"hydra.run.dir={tmp_path / 'h'}")
     first, resumed = wandb_records.offline_runs(run_dir)
     run_id = json.loads((run_dir / "wandb_run.json").read_text())["run_id"]
     assert wandb_records.run_ids(first) == wandb_records.run_ids(resumed) == {run_id}
-    assert min(row["step"] for row in wandb_records.history(resumed)) >= metrics[-1]["frames"]
+    resumed_rows = wandb_records.history(resumed)
+    assert min(row["step"] for row in resumed_rows) >= metrics[-1]["frames"]
+    assert {row["resume_segment"] for row in resumed_rows} == {first_segment.pop() + 1}
 
 
 # One process per error layer, each ending in one `error:` line (exit 2); every other

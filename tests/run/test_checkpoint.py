@@ -204,16 +204,6 @@ def test_checkpoints_hold_only_what_weights_only_loading_accepts(tmp_path):
     assert isinstance(state["rng"]["numpy"]["keys"], torch.Tensor)
 
 
-def test_a_checkpoint_written_before_rng_tensors_still_resumes(tmp_path):
-    np.random.seed(5)
-    legacy = {"torch": torch.get_rng_state(), "cuda": None, "numpy": np.random.get_state(), "python": random.getstate()}
-    ckpt.save_checkpoint(tmp_path, {"rng": legacy}, updates=1, keep=1)
-    expected = np.random.rand(3)
-    np.random.seed(1)
-    ckpt.set_rng_state(ckpt.load_latest(tmp_path)["rng"])
-    assert np.array_equal(np.random.rand(3), expected)
-
-
 @pytest.mark.gpu_acceptance(CHECKPOINT_RESUME)
 def test_a_checkpoint_from_an_8_gpu_job_resumes_where_fewer_are_visible(tmp_path, capsys):
     """Requeued onto a smaller node (or onto CPU): the CUDA streams that fit are

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -122,3 +123,15 @@ def test_available_host_memory_is_the_smaller_of_free_ram_and_the_cgroup_headroo
     assert memory.host_memory_available(root, proc) == (14 * GiB, "the cgroup memory limit of 16.0 GiB")
     monkeypatch.setattr(memory.psutil, "virtual_memory", lambda: SimpleNamespace(available=10 * GiB))
     assert memory.host_memory_available(root, proc) == (10 * GiB, "free RAM")
+
+
+@pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK), reason="needs Linux's /proc/self/clear_refs")
+def test_an_earlier_higher_peak_does_not_inflate_a_stretchs_growth():
+    """The compile child is sized by an update's growth: a higher peak from before it (start-up, an
+    evaluation) must not count. Where the kernel lets the mark be reset, the growth is the stretch's own."""
+    code = ("import torch\nfrom dreamer.system.memory import PeakGrowth\n"
+            "x = torch.ones(256 * 2**20)\ndel x\n"  # a 1 GiB peak first
+            "with PeakGrowth(torch.device('cpu')) as busy:\n    y = torch.ones(64 * 2**20)\n    del y\n"
+            "print(busy.bytes)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert 250 * 2**20 <= int(out.stdout) < 300 * 2**20
