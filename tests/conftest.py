@@ -55,14 +55,12 @@ def gpu_check_of(item) -> tuple[str, str] | None:
     return None
 
 
-@pytest.hookimpl(trylast=True)  # after -m / -k deselected what does not run
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
 def pytest_collection_modifyitems(config, items):
     cuda = torch.cuda.is_available()
-    checks = []
     for item in items:
         if (check := gpu_check_of(item)) is not None:
             item.user_properties.append(("gpu_check", check[1]))  # into the JUnit XML gpu_check reads
-            checks.append({"nodeid": item.nodeid, "marker": check[0], "check": check[1]})
         if E2E_DIR in Path(item.fspath).parents:
             item.add_marker(pytest.mark.e2e)
         if not item.get_closest_marker("timeout") and (item.get_closest_marker("e2e") or
@@ -72,7 +70,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)"))
         if item.get_closest_marker("mujoco") and _no_mujoco_rendering:
             item.add_marker(pytest.mark.skip(reason=f"needs MuJoCo rendering: {_no_mujoco_rendering}"))
-    if path := config.getoption("--gpu-checks-json"):
+
+
+def pytest_collection_finish(session):
+    """The selected GPU-check tests and their check names, for scripts/gpu_check.py."""
+    if path := session.config.getoption("--gpu-checks-json"):
+        checks = [{"nodeid": item.nodeid, "marker": check[0], "check": check[1]}
+                  for item in session.items if (check := gpu_check_of(item)) is not None]
         Path(path).write_text(json.dumps(checks, indent=1))
 
 
