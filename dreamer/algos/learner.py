@@ -259,8 +259,11 @@ class BaseLearner(abc.ABC):
         trace sums the optimisation work."""
         with record_function("## train/optim ##"):
             for name in losses:
-                self.optimizers[name].zero_grad(set_to_none=True)
-            torch.autograd.backward(list(losses.values()))
+                for p in self.params[name]:  # zero_grad(set_to_none=True), which dynamo does not trace
+                    p.grad = None
+            # One backward of the sum (the same gradients as torch.autograd.backward over the
+            # list, which dynamo does not trace; Tensor.backward it does).
+            sum(losses.values()).backward()
             stepped = []
             for name in losses:
                 opt, params = self.optimizers[name], self.params[name]
