@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from dreamer.algos.registry import algorithm
+from dreamer.algos.update_paths import describe_update_path
 from dreamer.config import Config, to_dict
 from dreamer.data.collectors import make_collector, seconds_per_agent_step, worker_policy, workers_hold_a_copy
 from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buffer, use_pinned_memory
@@ -109,6 +110,8 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
             cfg.algo, cfg.compile, models, device,
             batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length, autocast_dtype=autocast,
         )
+        log.info("update path: %s%s", describe_update_path(learner.update_path, cfg.compile),
+                 " (eager until the background compile is done)" if compiles_in_background(cfg, ranks) else "")
         replay = make_replay_buffer(cfg.buffer, device)
 
         # Before the workers spawn (they inherit the cache dir) and before any compile.
