@@ -155,6 +155,7 @@ class BaseLearner(abc.ABC):
         # not) until compile() makes it the whole compiled graph or the captured one.
         self._run_update: Callable = self._update_body
         self._whole_update: Callable | None = None  # the compiled whole update (whole, captured)
+        self._grads_in_place = False  # gradients zeroed in place, never dropped (whole, captured)
 
     # -- data -----------------------------------------------------------------
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
@@ -204,9 +205,14 @@ class BaseLearner(abc.ABC):
 
     def _compile_whole(self) -> None:
         """The whole update body, compiled into one graph (compile.enabled), and on the
-        captured path replayed from a CUDA graph. Optimiser state is created first: a
-        step that created it would trace twice, or allocate inside the capture."""
+        captured path replayed from a CUDA graph. Optimiser state and gradient buffers are
+        created first: a step that created them would trace twice, or allocate inside the
+        capture (gradients are zeroed in place from here on: ``_clear_grads``)."""
         self._init_optimizer_state()
+        for p in (p for params in self.params.values() for p in params):
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        self._grads_in_place = True
         body = self._update_body
         if self.compile_cfg.enabled:
             body = self._whole_update = compile_whole_update(self._update_body, self.compile_cfg)
@@ -336,8 +342,7 @@ class BaseLearner(abc.ABC):
         trace sums the optimisation work."""
         with profile_range("## train/optim ##"):
             for name in losses:
-                for p in self.params[name]:  # zero_grad(set_to_none=True), which dynamo does not trace
-                    p.grad = None
+                self._clear_grads(self.params[name])
             # One backward of the sum (the same gradients as torch.autograd.backward over the
             # list, which dynamo does not trace; Tensor.backward it does).
             sum(losses.values()).backward()
@@ -351,6 +356,19 @@ class BaseLearner(abc.ABC):
                 self.nonfinite_policy.step(opt, params, found_inf)
                 stepped.append((grad_norm, found_inf))
         return stepped
+
+    def _clear_grads(self, params: list[nn.Parameter]) -> None:
+        """Before a backward: gradients dropped, as zero_grad(set_to_none=True) drops them
+        (which dynamo does not trace); on the whole and captured paths zeroed in place
+        instead. Those gradients outlive every update (a CUDA graph's replays write the
+        same buffers), and no traced ``p.grad = None`` is read back: dynamo (torch 2.13)
+        then attaches the gradient's source to its one shared None constant, and a later
+        compile in the process rebuilds a None from that stale source."""
+        if self._grads_in_place:
+            torch._foreach_zero_([p.grad for p in params])
+            return
+        for p in params:
+            p.grad = None
 
     def _grad_norm(self, params: list[nn.Parameter]) -> torch.Tensor:
         if self.grad_clip is None:

@@ -17,16 +17,12 @@ from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
     close_env,
     single_thread,
     spy_tensor_methods,
-    tiny_config,
 )
 from torch._dynamo.utils import counters
+from update_helpers import assert_same_state, assert_same_state_dicts, collected_batch, v3_config, v3_learner
 
 from dreamer.algos import update_paths
-from dreamer.algos.update_paths import resolve_update_path, tensor_leaves
-from dreamer.algos.v3.learner import DreamerV3Learner
-from dreamer.algos.v3.models import build_models
-from dreamer.config import validate
-from dreamer.data.replay import stored_keys
+from dreamer.algos.update_paths import resolve_update_path
 from dreamer.envs.factory import make_env
 from dreamer.errors import UserError
 
@@ -34,40 +30,6 @@ CPU = torch.device("cpu")
 # (discrete actions, pixels): a continuous and a discrete actor from states, and pixels.
 TASKS = {"continuous-states": (False, False), "discrete-states": (True, False), "continuous-pixels": (False, True)}
 UPDATES = 3
-
-
-def v3_config(*, discrete: bool = False, pixels: bool = False, update: str = "card", compiled: bool = False):
-    """The tiny V3 config (batch 2 x 5, horizon 3); ``compiled``: torch.compile with
-    the eager backend (dynamo's graphs, eager kernels: the eager path's random draws)."""
-    env = {"name": "CartPole-v1", "action_repeat": 1} if discrete else {}
-    cfg = tiny_config(pixels=pixels, algo="dreamer_v3", **env)
-    a = cfg.algo
-    a.num_categoricals, a.num_classes, a.num_bins, a.mlp_layers = 4, 4, 31, 1
-    a.lr_warmup_steps = 0  # every update moves every weight
-    c = cfg.compile
-    c.enabled, c.backend, c.update, c.warmup_iters = compiled, "eager", update, 1
-    return validate(cfg)
-
-
-def collected_batch(cfg, env):
-    torch.manual_seed(0)
-    policy = build_models(cfg.algo, cfg.env, env, CPU).policy(explore=True)
-    with torch.no_grad():
-        rollout = env.rollout(cfg.buffer.batch_size * cfg.buffer.batch_length, policy, break_when_any_done=False)
-    return rollout.select(*stored_keys(observation_key(cfg)), strict=False)
-
-
-def observation_key(cfg) -> str:
-    from dreamer.envs.keys import observation_key as key
-
-    return key(cfg.env)
-
-
-def v3_learner(cfg, env) -> DreamerV3Learner:
-    torch.manual_seed(1)  # the same initial weights for every learner of a test
-    models = build_models(cfg.algo, cfg.env, env, CPU)
-    return DreamerV3Learner(cfg.algo, cfg.compile, models, CPU, batch_size=cfg.buffer.batch_size,
-                            batch_length=cfg.buffer.batch_length)
 
 
 class GraphRecorder:
@@ -89,14 +51,6 @@ class GraphRecorder:
                 if name in HOST_TRANSFERS or "_local_scalar_dense" in str(node.target):
                     reads.append(f"{node.op} {node.target}")
         return reads
-
-
-def assert_same_state(ours: DreamerV3Learner, reference: DreamerV3Learner) -> None:
-    """Weights, optimiser moments and step counts, return statistics, slow critic: equal to rounding."""
-    mine, theirs = tensor_leaves(ours.state_dict()), tensor_leaves(reference.state_dict())
-    assert len(mine) == len(theirs) > 0
-    for a, b in zip(mine, theirs):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 @pytest.fixture(scope="module", params=list(TASKS))
@@ -126,11 +80,6 @@ def learners(request):
             yield card, whole, recorder, batch, env
     finally:
         close_env(env)
-
-
-def assert_same_state_dicts(ours: dict, reference: dict) -> None:
-    for a, b in zip(tensor_leaves(ours), tensor_leaves(reference), strict=True):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 @pytest.mark.slow
