@@ -39,6 +39,7 @@ from torch.profiler import record_function
 from dreamer.algos.nonfinite import NonFiniteGuard, NonFinitePolicy
 from dreamer.algos.update_paths import compile_whole_update, resolve_update_path, restored_after, tensor_leaves
 from dreamer.config import AlgoConfig, CompileConfig
+from dreamer.errors import UserError
 from dreamer.system.compile import maybe_compile
 from dreamer.system.timing import device_clock
 from torchrl_ext import CapturedStep
@@ -108,6 +109,8 @@ class BaseLearner(abc.ABC):
     """
 
     METRIC_NAMES: tuple[str, ...] = ()
+    # Why this algorithm's whole update cannot be one compiled graph (None: it can).
+    NO_COMPILED_WHOLE_UPDATE: str | None = None
 
     def __init__(
         self,
@@ -151,6 +154,12 @@ class BaseLearner(abc.ABC):
         # here (dreamer.system.distributed.GradientAverager); None on one process.
         self.grad_sync = None
         self.update_path = resolve_update_path(compile_cfg, device)
+        if self.update_path != "card" and compile_cfg.enabled and self.NO_COMPILED_WHOLE_UPDATE:
+            raise UserError(
+                f"compile.update={self.update_path} compiles the whole update, and {algo_cfg.name}'s cannot be "
+                f"one graph ({self.NO_COMPILED_WHOLE_UPDATE}): use compile.update=card"
+                + (", or compile=off to capture the eager update" if self.update_path == "captured" else "")
+            )
         # The update body as it runs now: eager (the card's path, losses compiled or
         # not) until compile() makes it the whole compiled graph or the captured one.
         self._run_update: Callable = self._update_body

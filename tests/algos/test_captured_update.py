@@ -3,7 +3,8 @@ the whole V3 update replayed from a CUDA graph gives the eager update's numbers,
 skips a non-finite batch inside the graph, makes no host sync and no allocation
 per update, captures again for a new batch shape or a loaded checkpoint, takes
 its inputs from the staged replay's copy, and the acting policy (what collectors
-receive) reads the parameters the graph updates."""
+receive) reads the parameters the graph updates; Dreamer V1's eager update is
+captured too."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ import math
 
 import pytest
 import torch
-from helpers_unit import close_env, collector_batch, single_thread  # noqa: F401  (single_thread: autouse fixture)
+from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
+    close_env,
+    collector_batch,
+    learner_on,
+    single_thread,
+    tiny_config,
+)
 from tensordict import TensorDict
 from update_helpers import assert_same_state, collected_batch, v3_config, v3_learner
 
@@ -166,5 +173,21 @@ def test_samples_are_copied_by_the_replay_into_the_captured_inputs():
         captured.update(sample)
         torch.manual_seed(seed)
         card.update(reference)
+    torch.cuda.synchronize()
+    assert_same_state(captured, card)
+
+
+def test_dreamer_v1s_eager_update_captured_gives_the_eager_updates_numbers():
+    """V1 has no compiled whole update (torch.optim.Adam.step breaks dynamo's graph), but
+    its eager update, fused Adam included, is captured as it is (compile=off)."""
+    cfg = tiny_config()  # Dreamer V1, compile off
+    card, batch = learner_on(cfg, CUDA)
+    captured_cfg = copy.deepcopy(cfg)
+    captured_cfg.compile.update = "captured"
+    captured, _ = learner_on(captured_cfg, CUDA)
+    captured.compile()
+    for seed in range(5):
+        update_both(card, captured, batch, seed)
+    assert captured._run_update.captures == 1
     torch.cuda.synchronize()
     assert_same_state(captured, card)

@@ -17,6 +17,7 @@ from helpers_unit import (  # noqa: F401  (single_thread: autouse fixture)
     close_env,
     single_thread,
     spy_tensor_methods,
+    tiny_config,
 )
 from torch._dynamo.utils import counters
 from update_helpers import assert_same_state, assert_same_state_dicts, collected_batch, v3_config, v3_learner
@@ -143,6 +144,21 @@ def test_captured_updates_need_cuda_and_whole_updates_need_compile():
     cfg = v3_config(update="auto", compiled=True)
     assert resolve_update_path(cfg.compile, CPU) == "card"
     assert resolve_update_path(cfg.compile, torch.device("cuda")) == "card"
+
+
+def test_dreamer_v1_refuses_a_compiled_whole_update_in_one_line():
+    from dreamer.algos.v1.learner import DreamerV1Learner
+    from dreamer.algos.v1.models import build_models
+
+    cfg = tiny_config()
+    cfg.compile.enabled, cfg.compile.update = True, "whole"
+    env = make_env(cfg.env, cfg.algo, seed=0)
+    try:
+        models = build_models(cfg.algo, cfg.env, env, CPU)
+    finally:
+        close_env(env)
+    with pytest.raises(UserError, match="dreamer_v1's cannot be one graph .*Adam.step.*compile.update=card"):
+        DreamerV1Learner(cfg.algo, cfg.compile, models, CPU, batch_size=2, batch_length=5)
 
 
 @pytest.mark.slow
