@@ -283,7 +283,8 @@ class BaseLearner(abc.ABC):
         state, statistics, metrics) and the RNG streams are put back as they were."""
         start = device_clock(self.device)
         cuda = [self.device.index or 0] if self.device.type == "cuda" else []
-        state = tensor_leaves(self.state_dict()) + [self.metrics.total, *self.nonfinite.counts().values()]
+        guard = self.nonfinite
+        state = tensor_leaves(self.state_dict()) + [self.metrics.total, guard.skipped, guard.streak, guard.longest]
         with torch.random.fork_rng(devices=cuda), restored_after(state):
             self._update_body(batch.clone())
             for _ in range(max(1, self.compile_cfg.warmup_iters)):
