@@ -132,7 +132,8 @@ def summarize(rounds: dict[str, list[dict]]) -> dict:
         result[f"{path}_compile_s"] = [r["compile_s"] for r in runs]
     if "card_s" in result:
         for path in rounds:
-            result[f"{path}_vs_card"] = result["card_s"] / result[f"{path}_s"]
+            if path != "card":
+                result[f"{path}_vs_card"] = result["card_s"] / result[f"{path}_s"]
     return result
 
 
