@@ -3,6 +3,7 @@
 Nothing here imports ``dreamer``.
 """
 
+from torchrl_ext.capture import CapturedStep
 from torchrl_ext.collectors import SchemeClosingMultiAsyncCollector
 from torchrl_ext.device import module_to
 from torchrl_ext.dreamer_v3 import (
@@ -16,6 +17,7 @@ from torchrl_ext.imagination import (
     FixedBoundsTanhNormal,
     NonTerminatingDreamerEnv,
     ScoreFunctionDreamerEnv,
+    TraceableOneHotCategorical,
 )
 from torchrl_ext.intra_op import use_one_intra_op_thread
 from torchrl_ext.obs_decoder import MatmulObsDecoder
@@ -47,6 +49,7 @@ from torchrl_ext.weight_sync import (
 
 __all__ = [
     "BatchedRewardDreamerEnv",
+    "CapturedStep",
     "CacheableRSSMPrior",
     "FixedBoundsTanhNormal",
     "LeanRSSMRolloutV3",
@@ -67,6 +70,7 @@ __all__ = [
     "SplitInputBlockGRU",
     "StagedDeviceReplayBuffer",
     "SyncFreeDreamerV3ValueLoss",
+    "TraceableOneHotCategorical",
     "install_from_any_fast_path",
     "module_to",
     "eager_rollout_step",

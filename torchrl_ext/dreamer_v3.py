@@ -13,9 +13,22 @@ same detached imagined states: over steps 1..H for the returns' bootstraps and
 over 0..H-1 for the baseline (the actor loss, both without gradient), and over
 0..H-1 again with gradient (the value loss). :class:`OneCriticPassDreamerV3ActorLoss`
 runs it once, over 0..H, and hands the value loss its logits.
+
+Upstream's value loss runs its critic inside ``TensorDictParams.to_module``
+(swap the weights in, run, swap them back) on every call. Under
+``torch.compile`` that swap's bookkeeping (a ``deque`` of operations kept on
+the parameters' tensordict) is a side effect dynamo rebuilds wrongly after a
+traced backward ("TypeError: an integer is required" from ``deque(maxlen=...)``),
+so a whole update (losses, backward, optimiser steps) could not be one graph.
+:class:`SyncFreeDreamerV3ValueLoss` calls its critic directly where its
+parameters are the module's own (as a loss built on a module has them), and its
+slow critic through a copy of the critic whose tensors share storage with the
+target parameters (made once, when the loss is built or moved).
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -52,6 +65,10 @@ def replay_lambda_returns(
         done=done[..., 1:, :],
         terminated=terminated[..., 1:, :],
     ).squeeze(-1)
+
+
+def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.data_ptr(), a.shape, a.stride(), a.dtype) == (b.data_ptr(), b.shape, b.stride(), b.dtype)
 
 
 class OneCriticPassDreamerV3ActorLoss(DreamerV3ActorLoss):
@@ -156,17 +173,53 @@ class OneCriticPassDreamerV3ActorLoss(DreamerV3ActorLoss):
 
 class SyncFreeDreamerV3ValueLoss(DreamerV3ValueLoss):
     """:class:`~torchrl.objectives.DreamerV3ValueLoss` whose replay-value loss
-    never reads a tensor on the host (same arguments, same result), and whose
+    never reads a tensor on the host (same arguments, same result), whose
     imagined-value loss takes the critic's logits from the rollout when
-    :class:`OneCriticPassDreamerV3ActorLoss` left them there."""
+    :class:`OneCriticPassDreamerV3ActorLoss` left them there, and whose critics
+    run without swapping weights (see the module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._bind_critics()
+
+    def _apply(self, fn, *args, **kwargs):
+        # ``.to(device)`` may give the targets new storage: bind the slow critic to it again.
+        out = super()._apply(fn, *args, **kwargs)
+        if "_own_critic_params" in self.__dict__:
+            self._bind_critics()
+        return out
+
+    def _bind_critics(self) -> None:
+        own = TensorDict.from_module(self.value_model).flatten_keys()
+        params = self.value_model_params.flatten_keys()
+        # The module's own tensors (buffers may be held as other tensors over the same memory).
+        self.__dict__["_own_critic_params"] = set(own.keys()) == set(params.keys()) and all(
+            params[key] is own[key] or _same_memory(params[key], own[key]) for key in params.keys()
+        )
+        slow = None
+        if self.slow_critic_regularization:
+            slow = copy.deepcopy(self.value_model)
+            self.target_value_model_params.to_module(slow)  # shares the targets' storage
+            slow.requires_grad_(False)
+        self.__dict__["_slow_value_model"] = slow  # not a submodule: the targets are its state
+
+    def _critic(self, features: TensorDictBase) -> TensorDictBase:
+        """The critic on ``features`` (written into it), with the trained weights."""
+        if self._own_critic_params:
+            return self.value_model(features)
+        with self.value_model_params.to_module(self.value_model, preserve_module_state=False):
+            return self.value_model(features)
 
     def forward(self, imagined: TensorDictBase) -> tuple[TensorDict, TensorDict]:
-        logits = imagined.get(CRITIC_LOGITS_KEY, None)
-        if logits is None or self.value_loss != "two_hot":
-            return super().forward(imagined)
         keys = self.tensor_keys
+        discount = imagined.get(keys.discount_weight, None)
+        if self.value_loss != "two_hot" or discount is None:
+            return super().forward(imagined)
+        logits = imagined.get(CRITIC_LOGITS_KEY, None)
+        if logits is None:  # no critic pass in the actor loss (a pathwise actor): one here
+            logits = self._critic(imagined.select(*self.value_model.in_keys, strict=False)).get(keys.value_logits)
         target = imagined.get("lambda_target").squeeze(-1)
-        discount = imagined.get(keys.discount_weight).squeeze(-1)
+        discount = discount.squeeze(-1)
         if self.slow_critic_regularization:
             slow_target = self._slow_critic_values(imagined).squeeze(-1)
             loss, slow_loss = self._step_value_losses(logits, target, slow_target)
@@ -192,9 +245,7 @@ class SyncFreeDreamerV3ValueLoss(DreamerV3ValueLoss):
         # The last step has no successor; a step that ends its episode has no return.
         weight = ~done.squeeze(-1)[..., :-1]
 
-        features = tensordict.select(*self.value_model.in_keys, strict=False)
-        with self.value_model_params.to_module(self.value_model, preserve_module_state=False):
-            self.value_model(features)
+        features = self._critic(tensordict.select(*self.value_model.in_keys, strict=False))
         if self.value_loss == "two_hot":
             prediction = features.get(keys.value_logits)[..., :-1, :]
         else:
@@ -211,9 +262,7 @@ class SyncFreeDreamerV3ValueLoss(DreamerV3ValueLoss):
     def _slow_critic_values(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The slow critic's values of ``tensordict``'s states."""
         slow = tensordict.select(*self.value_model.in_keys, strict=False)
-        with self.target_value_model_params.to_module(self.value_model, preserve_module_state=False):
-            self.value_model(slow)
-        return slow.get(self.tensor_keys.value)
+        return self._slow_value_model(slow).get(self.tensor_keys.value)
 
     def _step_value_losses(self, prediction: torch.Tensor, *targets: torch.Tensor) -> list[torch.Tensor]:
         """``_step_value_loss(prediction, target)`` for each target; two-hot logits are

@@ -13,6 +13,15 @@ Dreamer actor update upstream:
   ``(high != 1).any()`` to decide whether to rescale, each time a distribution is
   built: once per imagined step. With fixed bounds both are known when the
   policy is built.
+
+A discrete actor's ``OneHotCategorical.sample`` is wrapped by an instance of
+``_one_hot_wrapper`` held in a closure, which dynamo cannot build a variable for
+("SourcelessBuilder.create does not know how to wrap _one_hot_wrapper"). Inside
+the imagination's exploration-type context the break cannot be resumed, so
+dynamo ran the whole imagination frame eagerly and compiled the tensordict calls
+inside it one by one instead; guarding on each call's key (``key == 'done'``) they
+reached dynamo's recompile limit. :class:`TraceableOneHotCategorical` samples
+with the same draws in plain code.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import distributions as D
 from torchrl.envs import DreamerEnv
-from torchrl.modules import TanhNormal
+from torchrl.modules import OneHotCategorical, TanhNormal
 from torchrl.modules.distributions.continuous import (
     SafeTanhTransform,
     _PatchedAffineTransform,
@@ -184,3 +193,12 @@ class FixedBoundsTanhNormal(TanhNormal):
     def check_bounds(low: torch.Tensor, high: torch.Tensor) -> None:
         if not bool((high > low).all()):
             raise ValueError(f"action bounds need high > low, got low={low.tolist()} high={high.tolist()}")
+
+
+class TraceableOneHotCategorical(OneHotCategorical):
+    """:class:`~torchrl.modules.OneHotCategorical` whose ``sample`` dynamo traces
+    (see the module docstring): the same categorical draw, one-hot encoded."""
+
+    def sample(self, sample_shape: torch.Size | tuple = torch.Size()) -> torch.Tensor:
+        index = D.Categorical.sample(self, torch.Size(sample_shape))
+        return torch.nn.functional.one_hot(index, self.num_samples)

@@ -60,6 +60,17 @@ class SkippableDreamerV3Optimizer(DreamerV3Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._step_groups()
+        return loss
+
+    @torch.no_grad()
+    def masked_step(self, found_inf: torch.Tensor | None) -> None:
+        """``found_inf`` set, then ``step()``, without torch.optim's step hooks and their
+        profiler range (which ``torch.compile`` drops with a warning)."""
+        self.found_inf = found_inf
+        self._step_groups()
+
+    def _step_groups(self) -> None:
         if not any(p.grad is not None for group in self.param_groups for p in group["params"]):
             raise RuntimeError("DreamerV3 optimizer received no parameter gradients.")
         for group in self.param_groups:
@@ -67,7 +78,6 @@ class SkippableDreamerV3Optimizer(DreamerV3Optimizer):
             if not parameters:
                 continue
             self._step_group(group, parameters)
-        return loss
 
     def _step_group(self, group: dict, parameters: list[torch.Tensor]) -> None:
         device = parameters[0].device
@@ -122,6 +132,15 @@ class SkippableDreamerV3Optimizer(DreamerV3Optimizer):
         if parameters[0].dtype != torch.float32:
             updates = [u.to(p.dtype) for u, p in zip(updates, parameters)]
         torch._foreach_sub_(parameters, updates)
+
+    def init_state(self) -> None:
+        """Create every parameter's (zero) moments now rather than at its first step.
+
+        The same values a first step would start from; a step traced by
+        ``torch.compile`` or captured in a CUDA graph then finds its state in
+        place instead of creating it (a second trace, or allocations inside the
+        capture that the next replay would not repeat)."""
+        self._moments([p for group in self.param_groups for p in group["params"]])
 
     def _moments(self, parameters: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         rms, momentum = [], []

@@ -158,6 +158,7 @@ def _inverse_is_identity(transform) -> bool:
 
 
 READY_EVENT = "staged_copy_ready"  # info key: the event a sample's device copy records
+STAGED_SLOT = "staged_slot"  # info key: a staged host batch the caller still copies (deliver_into)
 
 
 class StagedDeviceReplayBuffer(PlainWriteReplayBuffer):
@@ -184,6 +185,13 @@ class StagedDeviceReplayBuffer(PlainWriteReplayBuffer):
     Off CUDA the staged batch is copied (cloned on the CPU) before it is handed
     out: a sample never aliases a staging batch. The sampled data and the info
     entries set into it are upstream ``TensorDictReplayBuffer.sample``'s.
+
+    :meth:`deliver_into` gives samples a fixed home on the device instead (a
+    captured CUDA graph's static inputs): the prefetch threads only gather, and
+    :meth:`sample` copies the staged batch into that tensordict on the caller's
+    current stream, after whatever the caller queued there before (the graph
+    replay still reading the previous sample), and returns it: no other device
+    copy, no allocation.
     Needs a 1-D tensordict :class:`~torchrl.data.TensorStorage`, no sample
     transform, no sample unit and no generation tracking.
     """
@@ -199,18 +207,32 @@ class StagedDeviceReplayBuffer(PlainWriteReplayBuffer):
         self.device = torch.device(device)
         self.staging = StagingBatches(slots=max(2, self._prefetch_cap + 1), pin_memory=pin_memory)
         self._copy = SideStreamCopy(self.device)
+        self.destination: TensorDictBase | None = None
+
+    def deliver_into(self, destination: TensorDictBase | None) -> None:
+        """Copy every later sample into ``destination`` (on ``device``, the layout of a
+        sample) and hand out that tensordict; None: fresh device batches again."""
+        self.destination = destination
 
     def _sample(self, batch_size: int) -> tuple[TensorDictBase, dict]:
         slot = self.staging.acquire()  # before the locks: its wait must not hold up writers
         ready = None
+        deferred = self.destination is not None
         try:
             with self._replay_lock, self._write_lock:
                 index, info = self._sampler.sample(self._storage, batch_size)
                 info["index"] = index
                 host = self.staging.gather(slot, self._storage._storage, index, info)
+            if deferred:  # sample() copies it, on the caller's stream, and frees the slot
+                info[STAGED_SLOT] = slot
+                return host, info
             batch, ready = self._copy(host)
+        except BaseException:
+            deferred = False
+            raise
         finally:
-            self.staging.release(slot, ready)
+            if not deferred:
+                self.staging.release(slot, ready)
         info[READY_EVENT] = ready
         return batch, info
 
@@ -218,15 +240,48 @@ class StagedDeviceReplayBuffer(PlainWriteReplayBuffer):
         # The base class's sample (prefetch queue included): the info entries are
         # in the batch already, copied with it rather than one by one afterwards.
         batch, info = ReplayBuffer.sample(self, batch_size, return_info=True)
-        self._copy.hand_over(batch, info.pop(READY_EVENT, None))
+        batch = self._hand_over(batch, info)
         return (batch, info) if return_info else batch
 
+    def _hand_over(self, batch: TensorDictBase, info: dict) -> TensorDictBase:
+        """The sample on ``device``, ordered before the caller's next work; in
+        ``destination`` when one is set."""
+        slot, ready = info.pop(STAGED_SLOT, None), info.pop(READY_EVENT, None)
+        destination = self.destination
+        if ready is not None or batch.device == self.device:  # copied while sampled
+            self._copy.hand_over(batch, ready)
+            # Sampled before deliver_into was set: one copy on the device.
+            return batch if destination is None else destination.update_(batch, non_blocking=True)
+        # A host batch: staged for ``destination`` (slot), or restored from a checkpoint.
+        if destination is None:
+            device_batch, copied = self._copy(batch)
+            self._copy.hand_over(device_batch, copied)
+        else:
+            device_batch = destination.update_(batch, non_blocking=True)
+            copied = self._copy.record_on_caller()  # the staging slot is free once this copy ran
+        if slot is not None:
+            self.staging.release(slot, copied)
+        return device_batch
+
     def _clone_prefetch_result(self, result):
-        # A checkpoint clones the prefetched batches on the caller's stream: after their copies.
+        # A checkpoint clones the prefetched batches on the caller's stream: after
+        # their copies. A staged host batch is cloned as it is (its slot stays with it).
         batch, info = result
         info = dict(info)
+        info.pop(STAGED_SLOT, None)
         self._copy.hand_over(batch, info.pop(READY_EVENT, None))
         return super()._clone_prefetch_result((batch, info))
+
+    def _clear_prefetch_queue_locked(self) -> None:
+        # Prefetched host batches dropped unread give their staging slots back.
+        futures = tuple(self._prefetch_queue)
+        super()._clear_prefetch_queue_locked()
+        for future in futures:
+            if future.cancelled() or future.exception() is not None:
+                continue
+            slot = future.result()[1].get(STAGED_SLOT)
+            if slot is not None:
+                self.staging.release(slot, None)
 
 
 class StagingBatches:
@@ -308,6 +363,14 @@ class SideStreamCopy:
             ready = torch.cuda.Event()
             ready.record(self.stream)
         return batch, ready
+
+    def record_on_caller(self):
+        """An event after what the caller's current stream has queued (None off CUDA)."""
+        if self.stream is None:
+            return None
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
+        return event
 
     def hand_over(self, batch: TensorDictBase, ready) -> None:
         """Order the caller's current stream after the copy (no host wait)."""

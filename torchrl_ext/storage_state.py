@@ -66,16 +66,18 @@ def filled_storage_state(storage: TensorStorage) -> dict:
 
 
 def load_filled_storage_state(storage: TensorStorage, state: dict) -> dict:
-    """Prepare ``storage`` (not yet written to) for a state of :func:`filled_storage_state`:
-    allocate its full size and copy the saved rows in. Returns the state to pass to
-    ``storage.load_state_dict`` (unchanged where the state holds the whole storage)."""
+    """Prepare ``storage`` for a state of :func:`filled_storage_state`: allocate its full
+    size (unless a storage of that layout is allocated already) and copy the saved rows in.
+    Returns the state to pass to ``storage.load_state_dict`` (unchanged where the state
+    holds the whole storage)."""
     saved = state.get("_storage")
-    if storage._storage is not None or storage.ndim != 1 or not isinstance(saved, dict) or not saved:
+    if storage.ndim != 1 or not isinstance(saved, dict) or not saved:
         return state
     rows_td = TensorDict().load_state_dict(copy.copy(saved), strict=False)  # references, no copy
     rows = rows_td.shape[0] if rows_td.batch_dims else 0
     if rows == 0 or rows >= storage.max_size:
         return state
-    storage._init(rows_td[0])  # one row's layout: the storage allocates max_size of them
+    if storage._storage is None:
+        storage._init(rows_td[0])  # one row's layout: the storage allocates max_size of them
     storage._storage[:rows].update_(rows_td)
     return {**state, "_storage": storage._storage.state_dict()}  # loading onto itself is a no-op

@@ -12,6 +12,10 @@ and gradient norms are stacked into one device tensor and summed in
 once per log interval. ``state_dict()`` / ``load_state_dict()`` hold weights
 and optimisers (plus what an algorithm adds in ``_extra_state``).
 
+``compile.update`` picks how the update body runs (dreamer/algos/update_paths.py):
+the card's (eager body, compiled losses), the whole body as one compiled graph,
+or that body replayed from a CUDA graph; ``update()`` is the same call for all.
+
 An algorithm (``algos/<name>/learner.py``) subclasses :class:`BaseLearner` and
 supplies, through the constructor, its parameter groups, optimisers, the
 losses ``compile()`` may compile and its :class:`~dreamer.algos.nonfinite.NonFinitePolicy`;
@@ -33,9 +37,12 @@ from torch.nn.utils import clip_grad_norm_, get_total_norm
 from torch.profiler import record_function
 
 from dreamer.algos.nonfinite import NonFiniteGuard, NonFinitePolicy
+from dreamer.algos.update_paths import compile_whole_update, resolve_update_path, restored_after, tensor_leaves
 from dreamer.config import AlgoConfig, CompileConfig
+from dreamer.errors import UserError
 from dreamer.system.compile import maybe_compile
 from dreamer.system.timing import device_clock
+from torchrl_ext import CapturedStep
 
 PHASES = ("world_model", "actor", "value")  # update order; also the optimiser names
 
@@ -49,8 +56,13 @@ class MetricsAccumulator:
         self.count = 0
 
     def add(self, values: torch.Tensor) -> None:
-        self.total.add_(values.detach().float())
+        self.accumulate(values)
         self.count += 1
+
+    def accumulate(self, values: torch.Tensor) -> None:
+        """The device half of ``add`` (what a compiled or captured update runs); the
+        caller counts the update."""
+        self.total.add_(values.detach().float())
 
     def flush(self, extra: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
         """Means since the last flush, plus ``extra`` device scalars in the same
@@ -63,6 +75,13 @@ class MetricsAccumulator:
         self.total.zero_()
         self.count = 0
         return dict(zip(self.names + tuple(extra), host))
+
+
+def profile_range(name: str):
+    """``record_function(name)``; left out while dynamo traces (it would drop it with a warning)."""
+    if torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    return record_function(name)
 
 
 class PhaseOut(NamedTuple):
@@ -90,6 +109,8 @@ class BaseLearner(abc.ABC):
     """
 
     METRIC_NAMES: tuple[str, ...] = ()
+    # Why this algorithm's whole update cannot be one compiled graph (None: it can).
+    NO_COMPILED_WHOLE_UPDATE: str | None = None
 
     def __init__(
         self,
@@ -132,11 +153,23 @@ class BaseLearner(abc.ABC):
         # Data-parallel learners average each phase's gradients across ranks
         # here (dreamer.system.distributed.GradientAverager); None on one process.
         self.grad_sync = None
+        self.update_path = resolve_update_path(compile_cfg, device)
+        if self.update_path != "card" and compile_cfg.enabled and self.NO_COMPILED_WHOLE_UPDATE:
+            raise UserError(
+                f"compile.update={self.update_path} compiles the whole update, and {algo_cfg.name}'s cannot be "
+                f"one graph ({self.NO_COMPILED_WHOLE_UPDATE}): use compile.update=card"
+                + (", or compile=off to capture the eager update" if self.update_path == "captured" else "")
+            )
+        # The update body as it runs now: eager (the card's path, losses compiled or
+        # not) until compile() makes it the whole compiled graph or the captured one.
+        self._run_update: Callable = self._update_body
+        self._whole_update: Callable | None = None  # the compiled whole update (whole, captured)
+        self._grads_in_place = False  # gradients zeroed in place, never dropped (whole, captured)
 
     # -- data -----------------------------------------------------------------
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
         """Sampled uint8 steps (B*T) on this device -> the world model's input (B, T)."""
-        with record_function("## train/transform ##"):
+        with profile_range("## train/transform ##"):
             batch = self._prepare_inputs(batch.reshape(self.batch_size, self.batch_length))
             a = self.algo_cfg
             if a.reward_scale != 1.0:
@@ -168,9 +201,33 @@ class BaseLearner(abc.ABC):
 
     # -- compile --------------------------------------------------------------
     def compile(self) -> None:
+        """Make the configured update path (compile.update) the one ``update`` runs."""
+        if self.update_path == "card":
+            self._compile_card()
+        else:
+            self._compile_whole()
+
+    def _compile_card(self) -> None:
         """Compilable losses through torch.compile (compile.*); the world model stays eager
         (an algorithm may compile a part of it: V3 its RSSM step)."""
         self.loss_fns = {name: maybe_compile(fn, self.compile_cfg) for name, fn in self._eager_fns.items()}
+
+    def _compile_whole(self) -> None:
+        """The whole update body, compiled into one graph (compile.enabled), and on the
+        captured path replayed from a CUDA graph. Optimiser state and gradient buffers are
+        created first: a step that created them would trace twice, or allocate inside the
+        capture (gradients are zeroed in place from here on: ``_clear_grads``)."""
+        self._init_optimizer_state()
+        for p in (p for params in self.params.values() for p in params):
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        self._grads_in_place = True
+        body = self._update_body
+        if self.compile_cfg.enabled:
+            body = self._whole_update = compile_whole_update(self._update_body, self.compile_cfg)
+        if self.update_path == "captured":
+            body = CapturedStep(body, warmup=max(1, self.compile_cfg.warmup_iters), device=self.device)
+        self._run_update = body
 
     @contextlib.contextmanager
     def _eager_losses(self):
@@ -187,6 +244,8 @@ class BaseLearner(abc.ABC):
         its own). Returns seconds, the eager pass and the world model included."""
         if not self.compile_cfg.enabled:
             return 0.0
+        if self._whole_update is not None:
+            return self._warmup_whole(batch)
         start = device_clock(self.device)
         cuda = [self.device.index or 0] if self.device.type == "cuda" else []
         # Under the update's autocast: dynamo guards on the autocast state, so a
@@ -211,6 +270,34 @@ class BaseLearner(abc.ABC):
             opt.zero_grad(set_to_none=True)
         return device_clock(self.device) - start
 
+    def _init_optimizer_state(self) -> None:
+        for optimizer in self.optimizers.values():
+            init_state = getattr(optimizer, "init_state", None)
+            if init_state is not None:
+                init_state()
+
+    def _warmup_whole(self, batch: TensorDictBase) -> float:
+        """Compile the whole update on ``batch``: one eager update (TorchRL's key caches
+        filled, as the card's warm-up does), then compile.warmup_iters (at least one)
+        compiled ones, after which every tensor the updates changed (weights, optimiser
+        state, statistics, metrics) and the RNG streams are put back as they were."""
+        start = device_clock(self.device)
+        cuda = [self.device.index or 0] if self.device.type == "cuda" else []
+        guard = self.nonfinite
+        state = tensor_leaves(self.state_dict()) + [self.metrics.total, guard.skipped, guard.streak, guard.longest]
+        with torch.random.fork_rng(devices=cuda), restored_after(state):
+            self._update_body(batch.clone())
+            for _ in range(max(1, self.compile_cfg.warmup_iters)):
+                self._whole_update(batch.clone())
+        return device_clock(self.device) - start
+
+    def input_buffer(self) -> TensorDictBase | None:
+        """The captured update's static inputs, once captured: a sample copied into them
+        in place is replayed with no copy of its own. None on the other paths."""
+        if isinstance(self._run_update, CapturedStep) and self._run_update.ready:
+            return self._run_update.static_inputs
+        return None
+
     def _warmup_step(self, prepared: TensorDictBase, latent: TensorDictBase) -> None:
         """One forward and backward of the actor and value losses, as ``update`` calls them:
         one backward for both (V3's value loss may read critic logits the actor loss made)."""
@@ -225,17 +312,23 @@ class BaseLearner(abc.ABC):
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
     def update(self, batch: TensorDictBase) -> None:
-        """One update of every part (world model, actor, value) with no host sync."""
+        """One update of every part (world model, actor, value) with no host sync, on
+        the path compile() chose (eager before)."""
+        self._run_update(batch)
+        self.metrics.count += 1
+
+    def _update_body(self, batch: TensorDictBase) -> None:
+        """The update itself: device work only, the same on every path."""
         batch = self.prepare(batch)
-        with record_function("## train/world_model ##"):
+        with profile_range("## train/world_model ##"):
             with self._autocast():
                 world_model = self._world_model_phase(batch)
             # Stepped before the imagination, which runs on the updated world model.
             ((wm_grad, wm_inf),) = self._step({"world_model": world_model.loss})
-        with record_function("## train/actor ##"):
+        with profile_range("## train/actor ##"):
             with self._autocast():
                 actor = self._actor_phase(world_model.out)
-        with record_function("## train/value ##"):
+        with profile_range("## train/value ##"):
             with self._autocast():
                 value = self._value_phase(batch, world_model.out, actor.out)
             # One backward for both: they share no parameter (each holds the other's
@@ -246,7 +339,7 @@ class BaseLearner(abc.ABC):
             # only a single backward may run.
             (actor_grad, actor_inf), (value_grad, value_inf) = self._step({"actor": actor.loss, "value": value.loss})
             self._after_value_step()
-        self.metrics.add(
+        self.metrics.accumulate(
             torch.stack([*world_model.metrics, *actor.metrics, *value.metrics, wm_grad, actor_grad, value_grad])
         )
         self.nonfinite.observe(torch.stack([wm_inf, actor_inf, value_inf]))
@@ -257,10 +350,12 @@ class BaseLearner(abc.ABC):
         step on the device, the way ``nonfinite_policy`` does it. Returns (grad norm,
         found_inf 0./1.) per phase, in order. One range name for every phase, so a
         trace sums the optimisation work."""
-        with record_function("## train/optim ##"):
+        with profile_range("## train/optim ##"):
             for name in losses:
-                self.optimizers[name].zero_grad(set_to_none=True)
-            torch.autograd.backward(list(losses.values()))
+                self._clear_grads(self.params[name])
+            # One backward of the sum (the same gradients as torch.autograd.backward over the
+            # list, which dynamo does not trace; Tensor.backward it does).
+            sum(losses.values()).backward()
             stepped = []
             for name in losses:
                 opt, params = self.optimizers[name], self.params[name]
@@ -271,6 +366,19 @@ class BaseLearner(abc.ABC):
                 self.nonfinite_policy.step(opt, params, found_inf)
                 stepped.append((grad_norm, found_inf))
         return stepped
+
+    def _clear_grads(self, params: list[nn.Parameter]) -> None:
+        """Before a backward: gradients dropped, as zero_grad(set_to_none=True) drops them
+        (which dynamo does not trace); on the whole and captured paths zeroed in place
+        instead. Those gradients outlive every update (a CUDA graph's replays write the
+        same buffers), and no traced ``p.grad = None`` is read back: dynamo (torch 2.13)
+        then attaches the gradient's source to its one shared None constant, and a later
+        compile in the process rebuilds a None from that stale source."""
+        if self._grads_in_place:
+            torch._foreach_zero_([p.grad for p in params])
+            return
+        for p in params:
+            p.grad = None
 
     def _grad_norm(self, params: list[nn.Parameter]) -> torch.Tensor:
         if self.grad_clip is None:
@@ -296,6 +404,14 @@ class BaseLearner(abc.ABC):
         for k, o in self.optimizers.items():
             o.load_state_dict(state["optimizers"][k])
         self._load_extra_state(state)
+        if self._run_update is not self._update_body:
+            # A compiled whole update traced with every parameter's optimiser state in
+            # place (a checkpoint from before some first step lacks some). Loaded state
+            # is new tensors: a captured graph would go on reading the old ones, so the
+            # next update captures again.
+            self._init_optimizer_state()
+            if isinstance(self._run_update, CapturedStep):
+                self._run_update.invalidate()
 
     def _extra_state(self) -> dict:
         return {}

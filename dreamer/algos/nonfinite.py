@@ -46,6 +46,10 @@ class SkipInStep(NonFinitePolicy):
                 f"SkipInStep needs an optimiser whose step reads found_inf (fused=True Adam, "
                 f"SkippableDreamerV3Optimizer), got {type(optimizer).__name__}"
             )
+        masked_step = getattr(optimizer, "masked_step", None)
+        if masked_step is not None:  # no step hooks: nothing a compiled update must drop
+            masked_step(found_inf)
+            return
         optimizer.found_inf = found_inf
         optimizer.step()
 

@@ -240,6 +240,13 @@ class CompileConfig:
     # (faster updates: docs/PERFORMANCE.md). V1's rollout has no compiled step
     # upstream: there the key changes nothing.
     rssm_step: bool = True
+    # Which update runs (dreamer/algos/update_paths.py): card = the world model
+    # eager and the actor/value losses compiled (the design card's shape); whole =
+    # the whole update (losses, backward, optimiser steps, slow critic, metrics) as
+    # one torch.compile graph; captured = that update replayed from CUDA graphs
+    # (CUDA only; with compile.enabled=false the eager update is captured);
+    # auto = card until measurements say otherwise. The start log names the path.
+    update: Literal["auto", "card", "whole", "captured"] = "auto"
     # Eager-shaped calls run on the compiled losses before the first real update.
     warmup_iters: int = within(2, NON_NEGATIVE)
     # Compile in a spawned process while updates run eager, then switch to the

@@ -85,6 +85,11 @@ def validate(cfg: Config) -> Config:
             "update buffers in place and reuse outputs after backward): use compile.mode=max-autotune-no-cudagraphs, "
             "or add compile.cudagraphs=true to try them anyway"
         )
+    if cfg.compile.update == "whole" and not cfg.compile.enabled:
+        raise UserError(
+            "compile.update=whole compiles the whole update, and compile.enabled=false compiles nothing: "
+            "drop compile.enabled=false (compile=off), or use compile.update=card for eager updates"
+        )
     if cfg.collector.device.startswith("cuda"):
         raise UserError(
             f"collector.device={cfg.collector.device}: TorchRL hands CUDA weights to worker processes by "

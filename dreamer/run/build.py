@@ -14,6 +14,7 @@ from typing import Iterator
 import torch
 
 from dreamer.algos.registry import algorithm
+from dreamer.algos.update_paths import describe_update_path
 from dreamer.config import Config, to_dict
 from dreamer.config.preflight import check_resume_dir_writable
 from dreamer.data.collectors import make_collector, seconds_per_agent_step, worker_policy, workers_hold_a_copy
@@ -86,6 +87,8 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
             cfg.algo, cfg.compile, models, device, batch_size=cfg.buffer.batch_size,
             batch_length=cfg.buffer.batch_length, autocast_dtype=process.autocast,
         )
+        log.info("update path: %s%s", describe_update_path(learner.update_path, cfg.compile),
+                 " (eager until the background compile is done)" if compiles_in_background(cfg, ranks) else "")
         replay = make_replay_buffer(cfg.buffer, device)
         if cfg.checkpoint.replay and ranks.is_main:
             ckpt.check_replay_checkpoint_space(run_dir, replay_bytes, model_checkpoint_bytes(learner, models),

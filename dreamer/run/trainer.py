@@ -48,6 +48,7 @@ class Trainer:
         self.background_due = False  # start the child after the first update, sized by it
         self.switched_at: int | None = None  # the update that first ran the background-compiled losses
         self.cache_lookups_at_switch: dict[str, int] | None = None  # compile-cache counters at the switch
+        self.replay_destination = None  # the captured update's static inputs the replay fills, once captured
         self.last_eval: EvalResult | None = None
         self.saved_at_stop = False  # a stop signal's checkpoint is written before the workers shut down
         self.stop_checkpoint: Path | None = None
@@ -137,6 +138,7 @@ class Trainer:
                 sample = r.replay.sample()
             r.learner.update(sample)
         n.updates += 1
+        self._feed_captured_update()
         if self.background_due:
             self.background_due = False
             self._start_background_compile(sizing.bytes)
@@ -156,6 +158,21 @@ class Trainer:
             r.save()  # before the evaluation: a stop during it costs no updates
         if evaluate_now and not self._evaluate():
             due.eval_due.last = evaluated_last  # stopped mid-way: the final checkpoint keeps it owed
+
+    def _feed_captured_update(self) -> None:
+        """A captured update (compile.update=captured) reads fixed device buffers: once
+        it is captured (again), the replay copies every sample straight into them."""
+        r = self.r
+        if not hasattr(r.replay, "deliver_into"):  # a CPU learner's replay: nothing to feed
+            return
+        buffer = r.learner.input_buffer()
+        if buffer is self.replay_destination:
+            return
+        r.replay.deliver_into(buffer)
+        self.replay_destination = buffer
+        if buffer is not None:
+            log.info("update %d captured in a CUDA graph: replayed from here on, samples copied into its inputs",
+                     r.counters.updates)
 
     # -- phases ---------------------------------------------------------------
     def _store(self, batch) -> int:
@@ -241,8 +258,8 @@ class Trainer:
         self.r.learner.compile()
         self.cache_lookups_at_switch = compile_cache.cache_lookups()
         self.switched_at = n.updates + 1
-        log.info("background compile done in %.1f s: compiled losses from update %d on",
-                 result["wall_s"], self.switched_at)
+        log.info("background compile done in %.1f s: the %s update path from update %d on",
+                 result["wall_s"], self.r.learner.update_path, self.switched_at)
 
     def _after_first_compiled_update(self, seconds: float) -> None:
         """The first compiled update traced again and read the compile caches."""

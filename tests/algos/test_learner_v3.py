@@ -340,13 +340,17 @@ def _reinforce_actor_and_value(learner, prepared, latent, *, upstream: bool):
     loss.__class__ = DreamerV3ActorLoss if upstream else OneCriticPassDreamerV3ActorLoss
     retnorm = {k: v.clone() for k, v in loss.retnorm.state_dict().items()}
     calls = CallCounter()
-    hook = learner.models.modules["value"].register_forward_hook(lambda *_: calls.record("critic"))
+    # The slow critic runs on a copy of the critic's MLP (SyncFreeDreamerV3ValueLoss): count it too.
+    slow_mlp = learner.value_loss._slow_value_model.module[0].module
+    hooks = [mlp.register_forward_hook(lambda *_: calls.record("critic"))
+             for mlp in (learner.models.modules["value"], slow_mlp)]
     try:
         torch.manual_seed(5)  # the policy's and the prior's samples
         actor = learner._actor_phase(latent)
         value = learner._value_phase(prepared, latent, actor.out)
     finally:
-        hook.remove()
+        for hook in hooks:
+            hook.remove()
         loss.__class__ = OneCriticPassDreamerV3ActorLoss
         loss.retnorm.load_state_dict(retnorm)
     params = [p for n, p in learner.models.modules.named_parameters() if n.startswith(("actor.", "value."))]

@@ -31,3 +31,5 @@ RSSM_FORWARDS_CUDA = ("V3 RSSM forwards on CUDA (split-input block GRU, categori
                       "fp32 and bf16")
 TRANSFORMS_CUDA = "pixel transforms on CUDA match the CPU's"
 BACKGROUND_COMPILE_CUDA = "background compile sized on CUDA: the allocator's peak, the GPU's free memory"
+CAPTURED_UPDATE_CUDA = ("captured V3 update (and V1 eager) on CUDA: eager numbers, non-finite skip, no sync, no "
+                        "allocation, re-capture on new shape or resume, replay fills its inputs")

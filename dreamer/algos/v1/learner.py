@@ -37,6 +37,11 @@ def _adam(params, lr: float, eps: float) -> torch.optim.Adam:
 
 class DreamerV1Learner(BaseLearner):
     METRIC_NAMES = METRIC_NAMES
+    # torch.optim.Adam.step breaks dynamo's graph on purpose (torch/optim/optimizer.py
+    # _use_grad); a step through the functional torch.optim.adam.adam(fused=True,
+    # found_inf=...), with its state created beforehand, would lift it. The eager update
+    # has no such break: it can be captured (compile=off compile.update=captured).
+    NO_COMPILED_WHOLE_UPDATE = "torch.optim.Adam.step breaks the graph on purpose"
 
     def __init__(
         self,

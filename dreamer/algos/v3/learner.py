@@ -134,10 +134,10 @@ class DreamerV3Learner(BaseLearner):
         return latent.get("next").select("state", "belief").reshape(-1)
 
     # -- compile --------------------------------------------------------------
-    def compile(self) -> None:
+    def _compile_card(self) -> None:
         """The losses, and one RSSM step of the world model (compile.rssm_step):
         the loop over time stays eager and calls the compiled step."""
-        super().compile()
+        super()._compile_card()
         cc = self.compile_cfg
         if cc.enabled and cc.rssm_step:
             self.models.rollout.compile_rollout("step", **rssm_step_compile_kwargs(cc))

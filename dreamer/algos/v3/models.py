@@ -59,6 +59,7 @@ from torchrl_ext import (
     LeanRSSMRolloutV3,
     PriorTransition,
     ScoreFunctionDreamerEnv,
+    TraceableOneHotCategorical,
     split_block_gru_inputs,
 )
 
@@ -274,6 +275,7 @@ def _add_actor(modules: nn.ModuleDict, a: DreamerV3Config, action_dim: int, disc
             latent, action_dim, depth=a.mlp_layers, num_cells=a.hidden_dim, unimix=a.unimix,
             in_keys=["state", "belief"], device=device,
         )
+        actor[1].distribution_class = TraceableOneHotCategorical  # upstream's draws, without a graph break
         modules["actor"] = actor
         return actor
     modules["actor"] = ContinuousActorV3(_mlp(a, latent, 2 * action_dim, device))

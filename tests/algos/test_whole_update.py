@@ -1,0 +1,191 @@
+"""dreamer/algos/update_paths.py on the CPU: the whole Dreamer V3 update (losses,
+backward, optimiser steps with their non-finite skip, slow critic, metrics) is
+one torch.compile graph with no host read, and gives the card path's numbers;
+the card path's compiled losses trace without graph breaks or recompiles; the
+update path a config asks for is one the device can run."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from dreamer.algos import update_paths
+from dreamer.algos.update_paths import resolve_update_path
+from dreamer.envs.factory import close_env, make_env
+from dreamer.errors import UserError
+from tests.algos.update_helpers import (
+    assert_same_state,
+    assert_same_state_dicts,
+    collected_batch,
+    v3_config,
+    v3_learner,
+)
+from tests.support.configs import tiny_config
+from tests.support.spies import HOST_TRANSFERS, CallCounter, spy_tensor_methods
+
+CPU = torch.device("cpu")
+# (discrete actions, pixels): a continuous and a discrete actor from states, and pixels.
+TASKS = {"continuous-states": (False, False), "discrete-states": (True, False), "continuous-pixels": (False, True)}
+UPDATES = 3
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
+
+
+class GraphRecorder:
+    """A torch.compile backend that keeps every graph dynamo hands it and runs it as traced."""
+
+    def __init__(self):
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def __call__(self, graph: torch.fx.GraphModule, example_inputs):
+        self.graphs.append(graph)
+        return graph.forward
+
+    def host_reads(self) -> list[str]:
+        """Nodes that would copy a tensor's value to the host."""
+        reads = []
+        for graph in self.graphs:
+            for node in graph.graph.nodes:
+                name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+                if name in HOST_TRANSFERS or "_local_scalar_dense" in str(node.target):
+                    reads.append(f"{node.op} {node.target}")
+        return reads
+
+
+@pytest.fixture(scope="module", params=list(TASKS))
+def learners(request):
+    """(card learner, whole learner compiled and warmed up, graph recorder, batch, env):
+    the same initial state; the whole update compiled once per task."""
+    discrete, pixels = TASKS[request.param]
+    card_cfg = v3_config(discrete=discrete, pixels=pixels)
+    whole_cfg = v3_config(discrete=discrete, pixels=pixels, update="whole", compiled=True)
+    env = make_env(card_cfg.env, card_cfg.algo, seed=0)
+    recorder = GraphRecorder()
+    try:
+        batch = collected_batch(card_cfg, env)
+        card, whole = v3_learner(card_cfg, env), v3_learner(whole_cfg, env)
+        torch._dynamo.reset()
+        counters.clear()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(
+                update_paths, "whole_update_compile_kwargs", lambda cc: {"backend": recorder, "fullgraph": True}
+            )
+            whole.compile()
+            rng = torch.get_rng_state()
+            assert whole.warmup(batch.clone()) > 0
+            assert torch.equal(torch.get_rng_state(), rng), "warm-up moved the RNG stream"
+            weights = card.models.modules.state_dict()
+            assert all(torch.equal(v, weights[k]) for k, v in whole.models.modules.state_dict().items())
+            assert_same_state_dicts(whole.actor_loss.retnorm.state_dict(), card.actor_loss.retnorm.state_dict())
+            yield card, whole, recorder, batch, env
+    finally:
+        close_env(env)
+
+
+@pytest.mark.slow
+def test_whole_update_is_one_graph_without_host_reads_and_gives_the_card_paths_numbers(learners, monkeypatch):
+    card, whole, recorder, batch, _ = learners
+    assert card.update_path == "card" and whole.update_path == "whole"
+    assert len(recorder.graphs) == 1 and not counters["graph_break"], dict(counters["graph_break"])
+    assert recorder.host_reads() == []
+    calls = CallCounter()
+    with torch._dynamo.config.patch(error_on_recompile=True):  # warm: no trace from here on
+        spy_tensor_methods(monkeypatch, HOST_TRANSFERS, calls)
+        torch.manual_seed(7)
+        for _ in range(UPDATES):
+            whole.update(batch.clone())
+        monkeypatch.undo()
+    assert calls.total() == 0, f"host transfers in the compiled update: {calls.report()}"
+    assert len(recorder.graphs) == 1
+    torch.manual_seed(7)
+    for _ in range(UPDATES):
+        card.update(batch.clone())
+    assert_same_state(whole, card)
+    theirs, ours = card.flush_metrics(), whole.flush_metrics()
+    assert set(ours) == set(theirs) and all(math.isfinite(v) for v in ours.values())
+    for name in theirs:
+        assert ours[name] == pytest.approx(theirs[name], rel=1e-5, abs=1e-6), name
+
+
+@pytest.mark.slow
+def test_whole_update_skips_a_non_finite_batch_and_checkpoints_into_and_out_of_the_whole_path(learners):
+    card, whole, recorder, batch, env = learners
+    whole.load_state_dict(copy.deepcopy(card.state_dict()))  # into the whole path
+    card.flush_metrics(), whole.flush_metrics()
+    before = {k: v.clone() for k, v in whole.models.modules.state_dict().items()}
+    poisoned = batch.clone()
+    poisoned["next", "reward"][0] = float("nan")  # NaN loss -> NaN gradients
+    torch.manual_seed(9)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        whole.update(poisoned.clone())
+    after = whole.models.modules.state_dict()
+    world_model = [k for k in before if k.split(".")[0] in ("encoder", "decoder", "prior", "posterior", "reward")]
+    assert all(torch.equal(after[k], before[k]) for k in world_model), "a non-finite world-model step was taken"
+    torch.manual_seed(9)
+    card.update(poisoned.clone())
+    assert_same_state(whole, card)
+    assert whole.flush_metrics()["updates_skipped_nonfinite"] == 1 == card.flush_metrics()["updates_skipped_nonfinite"]
+
+    resumed = v3_learner(v3_config(discrete=card.models.discrete, pixels=card.obs_key == "pixels"), env)
+    resumed.load_state_dict(copy.deepcopy(whole.state_dict()))  # out of the whole path
+    for learner in (resumed, whole):
+        torch.manual_seed(11)
+        learner.update(batch.clone())
+    assert_same_state(resumed, whole)
+    assert len(recorder.graphs) == 1  # loading a checkpoint traced nothing again
+
+
+def test_captured_updates_need_cuda_and_whole_updates_need_compile():
+    with pytest.raises(UserError, match="compile.update=captured .* on cpu"):
+        resolve_update_path(v3_config(update="captured").compile, CPU)
+    with pytest.raises(UserError, match="compile.update=whole .* compile.enabled=false"):
+        v3_config(update="whole", compiled=False)
+    cfg = v3_config(update="auto", compiled=True)
+    assert resolve_update_path(cfg.compile, CPU) == "card"
+    assert resolve_update_path(cfg.compile, torch.device("cuda")) == "card"
+
+
+def test_dreamer_v1_refuses_a_compiled_whole_update_in_one_line():
+    from dreamer.algos.v1.learner import DreamerV1Learner
+    from dreamer.algos.v1.models import build_models
+
+    cfg = tiny_config()
+    cfg.compile.enabled, cfg.compile.update = True, "whole"
+    env = make_env(cfg.env, cfg.algo, seed=0)
+    try:
+        models = build_models(cfg.algo, cfg.env, env, CPU)
+    finally:
+        close_env(env)
+    with pytest.raises(UserError, match="dreamer_v1's cannot be one graph .*Adam.step.*compile.update=card"):
+        DreamerV1Learner(cfg.algo, cfg.compile, models, CPU, batch_size=2, batch_length=5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("discrete", [False, True], ids=["continuous", "discrete"])
+def test_card_path_compiled_losses_run_without_graph_breaks_or_recompiles_after_warm_up(discrete):
+    """A discrete actor's one-hot sample broke the compiled imagination (its frame ran
+    eagerly, and the tensordict calls inside it, compiled one by one, recompiled per
+    key up to dynamo's limit)."""
+    cfg = v3_config(discrete=discrete, compiled=True)
+    env = make_env(cfg.env, cfg.algo, seed=0)
+    try:
+        batch = collected_batch(cfg, env)
+        learner = v3_learner(cfg, env)
+    finally:
+        close_env(env)
+    learner.compile()
+    torch._dynamo.reset()
+    counters.clear()
+    learner.warmup(batch.clone())
+    assert counters["stats"]["unique_graphs"] > 0
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    graphs = counters["stats"]["unique_graphs"]
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for _ in range(2):
+            learner.update(batch.clone())
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert not counters["graph_break"], dict(counters["graph_break"])
