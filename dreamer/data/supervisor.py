@@ -35,14 +35,15 @@ class WorkerDied(UserError):
 class SupervisedCollector:
     """Endless batches from ``build()``; rebuilds it when a worker dies.
 
-    ``build(restarted)`` returns a new collector (``restarted`` is True after a
-    failure, so it can skip random-action frames). ``should_stop()`` is asked
+    ``build(collected)`` returns a new collector; ``collected`` is the agent steps
+    the collectors before it delivered (0 at the start), so a collector rebuilt
+    during the random prefill takes only the random steps still owed. ``should_stop()`` is asked
     before restarting: workers that die because the run is being stopped
     (e.g. a process-group SIGTERM) are not restarted.
     """
 
     def __init__(
-        self, build: Callable[[bool], BaseCollector], *, restart: bool, max_restarts: int,
+        self, build: Callable[[int], BaseCollector], *, restart: bool, max_restarts: int,
         should_stop: Callable[[], bool] = lambda: False, weights_source: nn.Module | None = None,
     ):
         self.build = build
@@ -53,12 +54,15 @@ class SupervisedCollector:
         self.max_restarts = max_restarts
         self.should_stop = should_stop
         self.restarts = 0
-        self.collector = build(False)
+        self.collected = 0  # agent steps delivered so far
+        self.collector = build(0)
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         while True:
             try:
-                yield from self.collector
+                for batch in self.collector:
+                    self.collected += batch.numel()
+                    yield batch
                 return
             except RuntimeError as err:
                 if WORKER_DIED not in str(err):
@@ -80,7 +84,7 @@ class SupervisedCollector:
             self.restarts += 1
             log.warning("collector %s died; restarting the collector (%d/%d)",
                         reason, self.restarts, self.max_restarts)
-            self.collector = self.build(True)
+            self.collector = self.build(self.collected)
 
     def update_policy_weights_(self) -> None:
         """Push the learner's weights to the workers; never waits for them (a push

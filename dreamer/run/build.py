@@ -246,10 +246,10 @@ def _start_collector(cfg: Config, ranks: distributed.Ranks, stopper: Stopper, ac
     restart after a worker died spawns fresh interpreters: still clean)."""
     collector_device = torch.device(cfg.collector.device)
     return SupervisedCollector(
-        lambda restarted: make_collector(  # a restart copies the current weights again
+        lambda collected: make_collector(  # a restart copies the current weights again
             cfg.collector, cfg.env, cfg.algo, cfg.compile, worker_policy(acting, device, collector_device)[0],
             seed=cfg.seed,
-            workers=placement.workers, random_frames=0 if restarted else random_frames,
+            workers=placement.workers, random_frames=max(0, random_frames - collected),  # a restart: what is owed
             learner_threads=placement.threads, worker_hook=trace_window.collector_hook(), rank=ranks.rank,
             worker_init=start_quiet_worker if quiet else ignore_stop_signals,
         ),

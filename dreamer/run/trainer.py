@@ -7,7 +7,6 @@ import logging
 import time
 from pathlib import Path
 
-import torch
 from torch.profiler import record_function
 
 from dreamer.config import Config
@@ -18,13 +17,15 @@ from dreamer.report.episodes import CollectedEpisodes
 from dreamer.report.evaluation import EvalResult, evaluate
 from dreamer.report.openloop import openloop_video
 from dreamer.report.progress import Progress
+from dreamer.report.throughput import Throughput
 from dreamer.run import health
-from dreamer.run.background_compile import BackgroundCompile, compiles_in_background, too_little_memory_for_child
+from dreamer.run.background_compile import compiles_in_background
 from dreamer.run.build import build_run
+from dreamer.run.compile_switch import CompileSwitch
 from dreamer.run.result import RunResult
 from dreamer.run.state import Run
 from dreamer.run.stopping import StopRequested
-from dreamer.system import compile_cache, distributed
+from dreamer.system import distributed
 from dreamer.system.memory import PeakGrowth
 
 log = logging.getLogger("dreamer")
@@ -44,22 +45,14 @@ class Trainer:
     def __init__(self, run: Run):
         self.r = run
         self.warm = False  # learning has started (the learner compiled and warmed, or compiling in the background)
-        self.background: BackgroundCompile | None = None  # compile.background: the child compiling
-        self.background_due = False  # start the child after the first update, sized by it
-        self.switched_at: int | None = None  # the update that first ran the background-compiled losses
-        self.cache_lookups_at_switch: dict[str, int] | None = None  # compile-cache counters at the switch
+        self.compile_switch = CompileSwitch(run)  # compile.background: eager updates until the child is done
         self.replay_destination = None  # the captured update's static inputs the replay fills, once captured
         self.last_eval: EvalResult | None = None
         self.saved_at_stop = False  # a stop signal's checkpoint is written before the workers shut down
         self.stop_checkpoint: Path | None = None
         self.episodes = CollectedEpisodes()  # the collector's finished episodes, until the next log record
         self.progress: Progress | None = None  # the bar, from the loop's start
-        # Throughput counts from the end of the warm-up (set there), eval time excluded.
-        self.steady_start: float | None = None
-        self.updates0, self.frames0 = run.counters.updates, run.counters.frames
-        # (clock, updates, frames, eval_s) at the last log record (the warm-up's end before
-        # the first), for the interval rates.
-        self.last_rate_mark: tuple[float, int, int, float] | None = None
+        self.throughput = Throughput()  # from the end of the warm-up, eval time excluded
 
     def run(self) -> RunResult:
         r = self.r
@@ -128,24 +121,22 @@ class Trainer:
     def _update(self) -> None:
         """One learner update, then whatever is due after it."""
         r, n, due = self.r, self.r.counters, self.r.cadence
-        if self.background is not None:
-            self._switch_when_compiled()
+        switch = self.compile_switch
+        switch.poll()
         start = time.perf_counter()
         # The first update's memory sizes the background compile child (it repeats an update).
-        sizing = PeakGrowth(r.device) if self.background_due else contextlib.nullcontext()
+        sizing = PeakGrowth(r.device) if switch.due else contextlib.nullcontext()
         with r.trace_window.update(n.updates + 1), sizing:
             with record_function("## train/sample ##"):
                 sample = r.replay.sample()
             r.learner.update(sample)
         n.updates += 1
         self._feed_captured_update()
-        if self.background_due:
-            self.background_due = False
-            self._start_background_compile(sizing.bytes)
+        if switch.due:
+            switch.start(sizing.bytes)
         if "first_update_s" not in n.timers:
             n.timers["first_update_s"] = time.perf_counter() - r.started  # process start -> first update
-        if self.switched_at == n.updates:
-            self._after_first_compiled_update(time.perf_counter() - start)
+        switch.after_update(time.perf_counter() - start)
         if due.sync_weights(n.updates):
             r.collector.update_policy_weights_()  # staged; published when ready, without waiting
         else:
@@ -198,7 +189,7 @@ class Trainer:
         False when a stop signal came during the compile (abandoned: it has no safe point)."""
         r, n = self.r, self.r.counters
         if compiles_in_background(r.cfg, r.ranks):
-            self.background_due = True
+            self.compile_switch.due = True
         else:
             if r.cfg.compile.enabled:
                 log.info("compiling the losses before the first update (compile.background=false)")
@@ -214,70 +205,9 @@ class Trainer:
             if r.cfg.compile.enabled and r.ranks.is_main:  # one writer per run dir
                 r.save_compile_artifact()  # portable: compile.cache_artifact=<this file>
         self.warm = True
-        self.steady_start, self.updates0, self.frames0 = time.perf_counter(), n.updates, n.frames
         n.timers["eval_s"] = 0.0
-        self.last_rate_mark = (self.steady_start, n.updates, n.frames, 0.0)
+        self.throughput.begin(n.updates, n.frames)
         return True
-
-    def _start_background_compile(self, update_bytes: int) -> None:
-        """The compile child, if it fits in memory beside this run (else the losses stay eager)."""
-        r = self.r
-        short = too_little_memory_for_child(update_bytes, r.device)
-        if short is not None:
-            log.warning(short)
-            return
-        self.learner_threads = torch.get_num_threads()
-        self.background = BackgroundCompile(
-            r.cfg, r.device, r.learner.autocast_dtype, r.replay.sample(), r.run_dir,
-            threads=self.learner_threads,  # what the compiled losses will run with here
-            timeout_s=60.0 * r.cfg.compile.background_timeout_minutes,
-        )
-        r.teardown.callback(self.background.cancel)  # a run that ends first stops it
-        log.info("compiling the actor/value losses in the background (pid %d; the first update took %.2f GiB, "
-                 "which its warm-up repeats); updates run eager until then", self.background.process.pid,
-                 update_bytes / 2**30)
-        # The child takes a core: give it one of the learner's threads meanwhile.
-        # Intra-op threads that outnumber the free cores wait at every barrier for
-        # a descheduled sibling, which slows the learner by orders of magnitude.
-        if self.learner_threads > 1:
-            torch.set_num_threads(self.learner_threads - 1)
-
-    def _switch_when_compiled(self) -> None:
-        """Once the background compile is done, the next update runs the compiled losses."""
-        result = self.background.poll()
-        if result is None:
-            return
-        self.background = None
-        torch.set_num_threads(self.learner_threads)  # the child's core is free again
-        if "error" in result:
-            log.warning("background compile failed, the losses stay eager: %s", result["error"])
-            return
-        n = self.r.counters
-        n.timers["compile_warmup_s"] = result["seconds"]
-        n.timers["compile_background_s"] = result["wall_s"]
-        self.r.learner.compile()
-        self.cache_lookups_at_switch = compile_cache.cache_lookups()
-        self.switched_at = n.updates + 1
-        log.info("background compile done in %.1f s: the %s update path from update %d on",
-                 result["wall_s"], self.r.learner.update_path, self.switched_at)
-
-    def _after_first_compiled_update(self, seconds: float) -> None:
-        """The first compiled update traced again and read the compile caches."""
-        r, n = self.r, self.r.counters
-        lookups = compile_cache.lookups_since(self.cache_lookups_at_switch)
-        n.timers["compile_switch_s"] = seconds
-        n.timers["compiled_from_update"] = self.switched_at
-        n.timers["compile_switch_cache_misses"] = lookups["misses"]
-        log.info("first compiled update: %.1f s (dynamo tracing; compile caches: %d hits, %d misses)",
-                 seconds, lookups["hits"], lookups["misses"])
-        if lookups["misses"]:
-            # The child compiles under this process's settings into the inherited
-            # TORCHINDUCTOR_CACHE_DIR; a miss means something in a cache key differed.
-            log.warning("the first compiled update compiled %d graph(s) again that the background compile "
-                        "should have left in the cache: the switch took %.0f s instead of seconds",
-                        lookups["misses"], seconds)
-        if r.ranks.is_main:
-            r.save_compile_artifact()
 
     def _evaluate(self) -> bool:
         """Evaluate, log and record; False when a stop signal cut it short (nothing logged)."""
@@ -317,35 +247,12 @@ class Trainer:
         r, n = self.r, self.r.counters
         record = {"frames": n.frames, "updates": n.updates}
         record.update(r.learner.flush_metrics())  # the one host sync of this interval
-        record.update(self._rates())
-        record.update(self._interval_rates())
+        record.update(self.throughput.overall(n.updates, n.frames, n.timers["eval_s"]))
+        record.update(self.throughput.interval(n.updates, n.frames, n.timers["eval_s"]))
         record.update(self.episodes.flush())
         record["train_ratio_achieved"] = self._train_ratio_achieved()
         r.logger.log(record)
         health.stop_if_diverged(record, r.cfg.train.stop_after_nonfinite, r.save)
-
-    def _rates(self) -> dict:
-        """Updates and frames per second since the warm-up, eval time excluded."""
-        if self.steady_start is None:  # learning never started: no steady phase to rate
-            return {"updates_per_s": 0.0, "frames_per_s": 0.0}
-        updates, frames = self._rates_since((self.steady_start, self.updates0, self.frames0, 0.0))
-        return {"updates_per_s": updates, "frames_per_s": frames}
-
-    def _interval_rates(self) -> dict:
-        """The same since the last record: a run slowing down shows here at once."""
-        if self.last_rate_mark is None:
-            return {}
-        n = self.r.counters
-        updates, frames = self._rates_since(self.last_rate_mark)
-        self.last_rate_mark = (time.perf_counter(), n.updates, n.frames, n.timers["eval_s"])
-        return {"updates_per_s_interval": updates, "frames_per_s_interval": frames}
-
-    def _rates_since(self, mark: tuple[float, int, int, float]) -> tuple[float, float]:
-        """(updates/s, frames/s) since ``mark`` = (clock, updates, frames, eval_s), eval time excluded."""
-        n = self.r.counters
-        clock0, updates0, frames0, eval0 = mark
-        elapsed = max(time.perf_counter() - clock0 - (n.timers["eval_s"] - eval0), 1e-9)
-        return (n.updates - updates0) / elapsed, (n.frames - frames0) / elapsed
 
     def _train_ratio_achieved(self) -> float:
         """Replayed steps per agent step so far (host counters, no device sync):
@@ -364,7 +271,7 @@ class Trainer:
             log.info("stop requested (%s): checkpoint %s at frames=%d updates=%d",
                      r.stopper.why, self.stop_checkpoint, n.frames, n.updates)
             return RunResult(finished_by, r.run_dir, n.frames, n.updates, stopped_by=r.stopper.requested)
-        rates = self._rates()  # the steady phase ends here, before the final eval
+        rates = self.throughput.overall(n.updates, n.frames, n.timers["eval_s"])  # before the final eval
         ranks = {}
         if r.ranks.enabled:
             ranks = {"world_size": r.ranks.world_size,

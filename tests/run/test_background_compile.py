@@ -103,6 +103,7 @@ class FakeBackground:
 
 def test_the_learner_yields_a_thread_while_the_child_compiles_and_swaps_losses_in_after(tmp_path, monkeypatch):
     from dreamer.report.evaluation import EvalResult
+    from dreamer.run import compile_switch
     from dreamer.run import trainer as trainer_module
     from tests.run.test_trainer import fake_run
 
@@ -115,7 +116,7 @@ def test_the_learner_yields_a_thread_while_the_child_compiles_and_swaps_losses_i
         return FakeBackground(ready_after=3, seen_threads=seen_threads)
 
     monkeypatch.setattr(trainer_module, "compiles_in_background", lambda cfg, ranks: True)
-    monkeypatch.setattr(trainer_module, "BackgroundCompile", start_child)
+    monkeypatch.setattr(compile_switch, "BackgroundCompile", start_child)
     run, calls = fake_run(tmp_path)
     run.learner.autocast_dtype = None
     run.learner.compile = lambda: calls.update(["learner.compile"])
@@ -138,6 +139,7 @@ def test_a_compile_child_that_would_not_fit_in_memory_is_not_started_and_learnin
     """dmc_vision's size200m update took 19 GB on a 24 GiB box; a child repeating it was
     OOM-killed with the run. Short of memory, the run says so in one line and stays eager."""
     from dreamer.report.evaluation import EvalResult
+    from dreamer.run import compile_switch
     from dreamer.run import trainer as trainer_module
     from tests.run.test_trainer import fake_run
 
@@ -149,8 +151,8 @@ def test_a_compile_child_that_would_not_fit_in_memory_is_not_started_and_learnin
         return "not compiling in the background: (the reason)"
 
     monkeypatch.setattr(trainer_module, "compiles_in_background", lambda cfg, ranks: True)
-    monkeypatch.setattr(trainer_module, "too_little_memory_for_child", too_little)
-    monkeypatch.setattr(trainer_module, "BackgroundCompile", lambda *a, **k: pytest.fail("a child was started"))
+    monkeypatch.setattr(compile_switch, "too_little_memory_for_child", too_little)
+    monkeypatch.setattr(compile_switch, "BackgroundCompile", lambda *a, **k: pytest.fail("a child was started"))
     run, calls = fake_run(tmp_path)
     run.learner.compile = lambda: calls.update(["learner.compile"])
     threads = torch.get_num_threads()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from dreamer.data.replay import write
 from dreamer.run.build import build_run
@@ -43,3 +44,33 @@ def test_a_run_stopped_during_the_prefill_resumes_with_the_random_steps_it_lacks
         assert resumed.collector.collector.init_random_frames == random_left  # was 0: the untrained policy acted
     finally:
         resumed.close()
+
+
+def test_a_collector_rebuilt_during_the_prefill_takes_only_the_random_steps_still_owed(monkeypatch):
+    """A worker that dies during the random prefill: the rebuilt collector owes the rest of the
+    prefill, not none of it (the untrained policy would act) and not all of it again."""
+    from dreamer.run import build
+    from dreamer.system import distributed
+
+    asked = []
+
+    class Collector:
+        def __init__(self, random_frames):
+            asked.append(random_frames)
+
+        def __iter__(self):
+            raise AssertionError("not iterated here")
+
+    monkeypatch.setattr(build, "make_collector", lambda *a, random_frames, **k: Collector(random_frames))
+    monkeypatch.setattr(build, "worker_policy", lambda acting, device, collector_device: (acting,))
+    cfg = tiny_config()
+    trace_window = type("Window", (), {"collector_hook": lambda self: None})()
+    supervised = build._start_collector(
+        cfg, distributed.Ranks(), stopper=type("S", (), {"requested": None})(), acting=None,
+        device=torch.device("cpu"), placement=build._Placement(workers=1, threads=1), trace_window=trace_window,
+        random_frames=500, quiet=True,
+    )
+    supervised.collected = 120  # the first collector delivered 120 agent steps, then a worker died
+    supervised.build(supervised.collected)
+    supervised.build(900)  # past the prefill: the policy acts
+    assert asked == [500, 380, 0]
