@@ -34,8 +34,8 @@ peers' by random play in their own layouts.
 
 First update, after the timings, alone on the machine: `python -m dreamer` at each size as shipped (no
 compile.update override), made to stop after its first update (train.train_ratio = one update per
-collector batch, train.total_frames=1; no videos, no W&B); its summary.json's first_update_s, from process
-start to the end of the first update, random phase included.
+collector batch; train.total_frames covers the prefill and one batch; no videos, no W&B); its
+summary.json's first_update_s, from process start to the end of the first update, random phase included.
 
 --budget-s bounds the whole command: a size starts only with --size-min-s left beyond the first-update runs'
 reserve (--first-update-reserve-s each); a side not built in time, rounds past that point and first-update
@@ -128,9 +128,11 @@ def plan(size: str, overrides: list[str], args, cache_dir: str) -> tuple[dict, d
         if why:
             skips[side] = why
             continue
-        # The replay holds what it is filled with: no preset-sized page-locked storage per side.
+        # The replay holds what it is filled with: no preset-sized page-locked storage per side (and no
+        # random prefill to hold: the fill is random play already).
         spec = {"kind": "ours", "overrides": [*overrides, *extra, f"compile.cache_dir={cache_dir}/{side}",
-                                              f"buffer.capacity={fill}"], "fill_steps": fill, "random_actions": True}
+                                              f"buffer.capacity={fill}", "collector.init_random_frames=0"],
+                "fill_steps": fill, "random_actions": True}
         plans[side] = (sys.executable, spec, {})
     # TorchRL's auto: compiled and captured on CUDA, eager elsewhere.
     recipe = torchrl_v3.recipe_config(cfg, compiled=cuda, cuda=cuda)
@@ -256,12 +258,16 @@ def run_size(size: str, overrides: list[str], args, budget: Budget, skip) -> dic
 def first_update(size: str, overrides: list[str], timeout_s: float, workdir: Path) -> tuple[float | None, str]:
     """(seconds from process start to the end of the first update of ``python -m dreamer`` at ``overrides``,
     how it went): the run stops after the collector batch that brought its first update."""
+    from dreamer.config.validate import steps_before_learning
+
     cfg = compose(overrides)
     b = cfg.buffer
+    # The shortest run the config checks allow: the prefill, then the batch that brings the first update.
+    total_frames = cfg.env.action_repeat * (steps_before_learning(cfg) + cfg.collector.frames_per_batch)
     run_dir = workdir / f"first_update_{size}"
     cmd = [sys.executable, "-m", "dreamer", f"hydra.run.dir={run_dir}", *overrides,
            f"train.train_ratio={b.batch_size * b.batch_length / cfg.collector.frames_per_batch}",
-           "train.total_frames=1", "eval.episodes=1", "eval.video=false", "eval.openloop=false",
+           f"train.total_frames={total_frames}", "eval.episodes=1", "eval.video=false", "eval.openloop=false",
            "eval.every=1000000", "checkpoint.every=1000000", "logger.backend=none", "logger.progress_bar=false"]
     env = {**os.environ, "SDL_VIDEODRIVER": "dummy", "PYTHONUNBUFFERED": "1"}
     with open(workdir / f"first_update_{size}.log", "w") as log:

@@ -87,6 +87,10 @@ class Result:
     detail: str = ""
     seconds: float = 0.0
 
+# Our own worker count and nothing cached: the project's addopts (``-n auto``) replaced, so a
+# machine without pytest-xdist runs the checks in one process.
+OWN_PYTEST_OPTIONS = ("-p", "no:cacheprovider", "-o", "addopts=--strict-markers")
+
 
 def _print(result: Result) -> None:
     detail = f"  ({result.detail})" if result.detail else ""
@@ -101,7 +105,7 @@ def collect_checks(marker: str) -> list[tuple[str, list[str]]]:
     pytest collects them and tests/conftest.py names each one's check."""
     with tempfile.TemporaryDirectory(prefix="gpu_check_collect_") as tmp:
         listing = Path(tmp) / "checks.json"
-        proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+        proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *OWN_PYTEST_OPTIONS,
                                "-m", marker, f"--gpu-checks-json={listing}"], cwd=REPO, capture_output=True,
                               text=True, env=_env(), stdin=subprocess.DEVNULL)
         if not listing.exists():
@@ -141,7 +145,7 @@ def run_pytest(checks: list[tuple[str, list[str]]], workdir: Path, *, require_al
     timeout = None if timeout == math.inf else timeout
     started = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *parallel, f"--junitxml={junit}", *nodes],
+        [sys.executable, "-m", "pytest", "-q", *OWN_PYTEST_OPTIONS, *parallel, f"--junitxml={junit}", *nodes],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), stdin=subprocess.DEVNULL,
         start_new_session=True,
     )

@@ -113,7 +113,7 @@ def test_the_test_session_skips_rendering_tests_with_the_reason_when_the_users_b
     )
     env = {**os.environ, "MUJOCO_GL": "osmesa", "PYOPENGL_PLATFORM": "osmesa", "PYTHONPATH": str(tmp_path)}
     test = "tests/envs/test_rendering.py::test_the_backend_the_session_picked_renders_and_an_unknown_one_never_does"
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", test],
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-n", "0", test],
                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "1 skipped" in out.stdout and "libOSMesa is not installed" in out.stdout, out.stdout

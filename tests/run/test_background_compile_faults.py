@@ -16,6 +16,7 @@ import torch
 from tensordict import TensorDict
 
 from dreamer.report.evaluation import EvalResult
+from dreamer.run import compile_switch
 from dreamer.run import trainer as trainer_module
 from dreamer.run.background_compile import BackgroundCompile
 from tests.run.test_trainer import fake_run
@@ -91,7 +92,7 @@ def test_a_run_whose_compile_child_hangs_says_so_once_and_learns_on_eager_with_a
         started.append(kwargs["timeout_s"])
         return BackgroundCompile(str(marker), *args, **kwargs, work=hang)
 
-    monkeypatch.setattr(trainer_module, "BackgroundCompile", start_hanging)
+    monkeypatch.setattr(compile_switch, "BackgroundCompile", start_hanging)
     # A batch every 0.1 s: the run lasts past its child's 3 s timeout.
     run, calls = fake_run(tmp_path, batches=150, on_batch=lambda i: time.sleep(0.1))
     run.cfg.compile.background_timeout_minutes = 3.0 / 60

@@ -48,7 +48,7 @@ def test_the_cpu_subset_passes_and_the_report_lists_every_check(tmp_path):
 def test_a_gpu_test_that_names_no_check_is_a_usage_error(tmp_path):
     """A cuda test outside every check would never run where a GPU is: collection refuses it."""
     (tmp_path / "test_unnamed.py").write_text("import pytest\n\n@pytest.mark.cuda\ndef test_x():\n    pass\n")
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-n", "0",
                           "--rootdir", str(REPO_ROOT), "-c", str(REPO_ROOT / "pyproject.toml"),
                           "-p", "tests.conftest", str(tmp_path / "test_unnamed.py")],
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)

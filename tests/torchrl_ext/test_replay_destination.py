@@ -39,7 +39,8 @@ def test_samples_are_copied_into_the_destination_on_the_callers_stream_and_nothi
     destination = rb.sample().clone()  # the layout of a sample, on the learner's device
     addresses = {t.data_ptr() for t in destination.values(True, True)}
     rb.deliver_into(destination)
-    rb.sample()  # prefetched before deliver_into: copied in too
+    for _ in range(max(1, prefetch)):  # sampled before deliver_into (those queued): copied in too
+        assert rb.sample() is destination
     for _ in range(8):
         fake_cuda.log.clear()
         sample = rb.sample()
@@ -50,7 +51,7 @@ def test_samples_are_copied_into_the_destination_on_the_callers_stream_and_nothi
         [(_, stream, event)] = fake_cuda.events("record")
         assert stream == "default"  # after the copy, on the caller's stream: frees its staging batch
     # A staging batch handed back waits for the copy out of it (prefetched ones are still held).
-    assert all(slot.ready is not None or slot.batch is None for slot in rb.staging._free)
+    assert all(slot.ready is not None or slot.batch is None for slot in list(rb.staging._free))
 
     rb.deliver_into(None)  # back to device batches of their own
     sample = rb.sample()
