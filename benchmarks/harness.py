@@ -175,14 +175,18 @@ def update_path_overrides(path: str) -> tuple[list[str], str | None]:
 
 
 def shipped_update_path(cfg) -> str:
-    """The update path ``cfg`` runs as composed: ``eager`` with compile off, else UPDATE_PATH_KEY's value
-    (``card`` before that key exists)."""
+    """The update path ``cfg`` runs on its device as composed: ``eager`` with compile off, else what
+    UPDATE_PATH_KEY resolves to (``auto`` -> the path the learner picks; ``card`` before that key exists)."""
     if not cfg.compile.enabled:
         return "eager"
-    value = cfg
-    for part in UPDATE_PATH_KEY.split("."):
-        value = getattr(value, part, None)
-    return str(value) if value is not None else "card"
+    if not schema_has(UPDATE_PATH_KEY):
+        return "card"
+    import torch
+
+    from dreamer.algos.update_paths import resolve_update_path
+
+    device = torch.device("cpu" if cfg.device == "auto" else cfg.device)
+    return resolve_update_path(cfg.compile, device)
 
 
 # -- sides of a side-by-side benchmark, each in its own process -------------------------------------------

@@ -19,7 +19,8 @@ from dreamer.run import checkpoint as ckpt
 # Dotted keys (a section name covers all its keys) a resumed run may change.
 RESUME_OVERRIDABLE = (
     "train.total_frames", "train.max_minutes", "logger", "eval", "checkpoint", "resume",
-    "compile.cache_dir", "compile.cache_artifact", "profiling", "retain_host_memory",
+    "compile.cache_dir", "compile.cache_artifact", "compile.background_timeout_minutes", "profiling",
+    "retain_host_memory",
     # Where it runs: a requeued job may land on another node (another GPU, CPU only, fewer cores).
     "device", "collector.num_workers", "threads", "cuda_fast_math",
 )

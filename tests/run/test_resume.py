@@ -66,7 +66,8 @@ def test_a_refused_override_names_the_key_and_both_values():
     message = str(err.value)
     assert "refused override: buffer.batch_size (saved 4, given 8)" in message
     assert ("Only train.total_frames, train.max_minutes, logger.*, eval.*, checkpoint.*, compile.cache_dir, "
-            "compile.cache_artifact, profiling.*, retain_host_memory, device, collector.num_workers, threads, "
+            "compile.cache_artifact, compile.background_timeout_minutes, profiling.*, retain_host_memory, device, "
+            "collector.num_workers, threads, "
             "cuda_fast_math may change on resume") in message
 
 
