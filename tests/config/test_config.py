@@ -8,9 +8,7 @@ import re
 import typing
 from pathlib import Path
 
-import hydra
 import pytest
-from hydra.core.global_hydra import GlobalHydra
 
 from dreamer.config import (
     Config,
@@ -225,15 +223,6 @@ def test_device_choices(device, ok):
 
 
 # -- Hydra composition ---------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def compose():
-    register_configs()
-    GlobalHydra.instance().clear()
-    with hydra.initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        yield lambda overrides=(): hydra.compose("config", overrides=list(overrides))
-    GlobalHydra.instance().clear()
 
 
 def _names(group: str) -> list[str]:

@@ -3,26 +3,15 @@
 
 from __future__ import annotations
 
-import hydra
 import pytest
 import yaml
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from dreamer.config import ALGO_CONFIGS, Config, load_config, register_configs, to_dict, validate
+from dreamer.config import ALGO_CONFIGS, Config, load_config, to_dict, validate
 from tests.support.paths import CONF_DIR
 from tests.support.presets import EXPERIMENTS, preset_algorithms
 
 PUBLISHED = yaml.safe_load((CONF_DIR.parent / "tests/config/dreamerv3_published.yaml").read_text())["presets"]
-
-
-@pytest.fixture(scope="module")
-def compose():
-    register_configs()
-    GlobalHydra.instance().clear()
-    with hydra.initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        yield lambda overrides=(): hydra.compose("config", overrides=list(overrides))
-    GlobalHydra.instance().clear()
 
 
 def test_the_default_run_is_the_schemas_defaults(compose):
