@@ -3,6 +3,8 @@
     python scripts/gpu_check.py                  # everything this machine can check
     python scripts/gpu_check.py --json out.json  # and the results as JSON
     python scripts/gpu_check.py --cpu-only       # the CPU-provable subset only (what CI runs)
+    python scripts/gpu_check.py --only "NaN reward" "MUJOCO_GL"
+                                                 # the checks whose names hold these texts (a rerun)
     python scripts/gpu_check.py --gpu-only --quick --budget-s 540 --pytest-workers 8
                                                  # a lent GPU for minutes: the GPU checks, most telling first
 
@@ -100,21 +102,23 @@ def _print(result: Result) -> None:
 # -- pytest -----------------------------------------------------------------------
 
 
-def collect_checks(marker: str) -> list[tuple[str, list[str]]]:
-    """(check, node ids) of the tests marked ``marker`` (gpu_acceptance or cuda), in collection order:
-    pytest collects them and tests/conftest.py names each one's check."""
+def collect_checks() -> dict[str, list[tuple[str, list[str]]]]:
+    """Per marker (gpu_acceptance, cuda): (check, node ids) of its tests in collection order.
+    One pytest collection for both (collecting the suite costs seconds): tests/conftest.py names
+    each test's check."""
+    markers = ("gpu_acceptance", "cuda")
     with tempfile.TemporaryDirectory(prefix="gpu_check_collect_") as tmp:
         listing = Path(tmp) / "checks.json"
         proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *OWN_PYTEST_OPTIONS,
-                               "-m", marker, f"--gpu-checks-json={listing}"], cwd=REPO, capture_output=True,
-                              text=True, env=_env(), stdin=subprocess.DEVNULL)
+                               "-m", " or ".join(markers), f"--gpu-checks-json={listing}"], cwd=REPO,
+                              capture_output=True, text=True, env=_env(), stdin=subprocess.DEVNULL)
         if not listing.exists():
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
-            raise SystemExit(f"error: pytest could not collect the {marker} tests: {' | '.join(tail)}")
-        checks: dict[str, list[str]] = {}
+            raise SystemExit(f"error: pytest could not collect the GPU checks' tests: {' | '.join(tail)}")
+        checks: dict[str, dict[str, list[str]]] = {marker: {} for marker in markers}
         for entry in json.loads(listing.read_text()):
-            checks.setdefault(entry["check"], []).append(entry["nodeid"])
-    return list(checks.items())
+            checks[entry["marker"]].setdefault(entry["check"], []).append(entry["nodeid"])
+    return {marker: list(by_check.items()) for marker, by_check in checks.items()}
 
 
 def _junit_outcomes(path: Path) -> dict[str, tuple[str, str]]:
@@ -608,6 +612,28 @@ def check_torchrun(workdir: Path, gpus: int, results: dict) -> Result:
 # -- main ----------------------------------------------------------------------------
 
 
+class Selection:
+    """The checks ``--only TEXT ...`` names: those whose names hold one of the texts (any case);
+    every check when no text is given. A text that names no check is a usage error (exit 2)."""
+
+    NOT_SELECTED = "not selected (--only)"
+
+    def __init__(self, texts: list[str] | None, names: list[str]):
+        self.texts = [t.lower() for t in texts or []]
+        if unknown := [t for t in texts or [] if not any(t.lower() in name.lower() for name in names)]:
+            print(f"error: --only {unknown[0]!r} names no check; the checks: {'; '.join(names)}", file=sys.stderr)
+            raise SystemExit(2)
+
+    def __call__(self, name: str) -> bool:
+        return not self.texts or any(t in name.lower() for t in self.texts)
+
+    def run(self, checks: list[tuple[str, list[str]]], run) -> list[Result]:
+        """``run`` on the selected checks; the others SKIP; the results in ``checks``' order."""
+        chosen = [check for check in checks if self(check[0])]
+        ran = {result.check: result for result in (run(chosen) if chosen else [])}
+        return [ran.get(name) or Result(name, SKIP, self.NOT_SELECTED) for name, _ in checks]
+
+
 def cuda_state() -> tuple[int, str]:
     """(visible GPUs, why none when 0)."""
     import torch
@@ -634,6 +660,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="start no check after this many seconds and cut the runs in flight at it")
     parser.add_argument("--pytest-workers", type=int, default=0,
                         help="run the CUDA tests on this many pytest-xdist workers (their cold compiles side by side)")
+    parser.add_argument("--only", nargs="+", metavar="TEXT",
+                        help="run only the checks whose names contain one of these texts (case-insensitive); "
+                             "the others are listed as SKIP")
     parser.add_argument("--keep", type=Path,
                         help="keep the runs' directories under DIR/<date-time> (default: a temporary directory)")
     args = parser.parse_args(argv)
@@ -656,6 +685,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results: list[Result] = []
     figures: dict = {}
+    checks: dict = {}  # which checks exist, by kind: the report lists them whatever ran
 
     def report(*produced: Result) -> None:
         for result in produced:
@@ -664,26 +694,29 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:  # after every check: a run cut short still leaves what it found
             counts = {s: sum(r.status == s for r in results) for s in (PASS, FAIL, SKIP)}
             args.json.write_text(json.dumps({"machine": machine, "results": [asdict(r) for r in results],
-                                             "figures": figures, "counts": counts}, indent=2))
+                                             "figures": figures, "counts": counts, "checks": checks}, indent=2))
 
     workdir_context = tempfile.TemporaryDirectory(prefix="gpu_check_") if args.keep is None else None
     # A fresh directory per invocation: a run refuses a directory holding another run's checkpoints.
     workdir = Path(workdir_context.name) if workdir_context else args.keep / time.strftime("%Y%m%d-%H%M%S")
     workdir.mkdir(parents=True, exist_ok=True)
-    cpu_checks, cuda_tests = collect_checks("gpu_acceptance"), collect_checks("cuda")
+    collected = collect_checks()
+    checks.update({marker: [name for name, _ in found] for marker, found in collected.items()}, run=GPU_RUN_CHECKS)
+    cpu_checks, cuda_tests = collected["gpu_acceptance"], collected["cuda"]
+    selected = Selection(args.only, [name for name, _ in cpu_checks + cuda_tests] + GPU_RUN_CHECKS)
     try:
         if args.gpu_only and gpus:
             report(*(Result(name, SKIP, "--gpu-only (CI runs the CPU-provable subset)") for name, _ in cpu_checks))
         else:
-            report(*run_pytest(cpu_checks, workdir, require_all_run=False))
+            report(*selected.run(cpu_checks, lambda chosen: run_pytest(chosen, workdir, require_all_run=False)))
         gpu_checks = [name for name, _ in cuda_tests] + GPU_RUN_CHECKS
         if not gpus or args.cpu_only:
             reason = why_not if not gpus else "--cpu-only"
             report(*(Result(name, SKIP, reason) for name in gpu_checks))
         else:
             try:
-                report(*run_pytest(cuda_tests, workdir, require_all_run=True, workers=args.pytest_workers,
-                                   budgeted=True))
+                report(*selected.run(cuda_tests, lambda chosen: run_pytest(
+                    chosen, workdir, require_all_run=True, workers=args.pytest_workers, budgeted=True)))
             except OutOfBudget as cut:
                 report(*(Result(name, SKIP, str(cut)) for name, _ in cuda_tests))
             steps = [  # (the checks a step reports, the step), in GPU_RUN_CHECKS' order
@@ -697,6 +730,9 @@ def main(argv: list[str] | None = None) -> int:
             ]
             assert [name for names, _ in steps for name in names] == GPU_RUN_CHECKS
             for names, step in steps:
+                if not any(selected(name) for name in names):
+                    report(*(Result(name, SKIP, selected.NOT_SELECTED) for name in names))
+                    continue
                 if DEADLINE - time.monotonic() < 30:
                     report(*(Result(name, SKIP, "out of the time budget (--budget-s)") for name in names))
                     continue

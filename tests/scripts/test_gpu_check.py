@@ -19,28 +19,62 @@ SCRIPT = REPO_ROOT / "scripts" / "gpu_check.py"
 
 
 
+# Two of the CPU-provable checks, run for real: the suite runs every check's tests itself, so
+# this test proves the script's plumbing (collect, run, judge, report) without running them twice.
+RUN_HERE = (gpu_checks.DEVICE_CLOCK, gpu_checks.REPLAY_SIZE_PER_NODE)
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_the_cpu_subset_passes_and_the_report_lists_every_check(tmp_path):
+@pytest.mark.timeout(600)
+def test_the_cpu_subset_runs_and_the_report_lists_every_check(tmp_path):
     gpu_check = load_script(SCRIPT)
     report_path = tmp_path / "report.json"
-    out = subprocess.run([sys.executable, str(SCRIPT), "--cpu-only", "--json", str(report_path)], cwd=REPO_ROOT,
-                         capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    only = [name.split(";")[0] for name in RUN_HERE]  # --only takes any part of a check's name
+    out = subprocess.run([sys.executable, str(SCRIPT), "--cpu-only", "--only", *only, "--json", str(report_path)],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert lines[0].startswith("no CUDA here (") or "--cpu-only" in lines[0]
     report = json.loads(report_path.read_text())
-    cpu = [name for name, _ in gpu_check.collect_checks("gpu_acceptance")]
-    gpu = [name for name, _ in gpu_check.collect_checks("cuda")] + gpu_check.GPU_RUN_CHECKS
+    listed = report["checks"]  # what its pytest collection found, by marker
+    cpu, gpu = listed["gpu_acceptance"], listed["cuda"] + listed["run"]
+    assert listed["run"] == gpu_check.GPU_RUN_CHECKS
     names = {value for key, value in vars(gpu_checks).items() if key.isupper()}
     assert set(cpu) | set(gpu[:-len(gpu_check.GPU_RUN_CHECKS)]) == names  # every named check has its tests
+    assert set(RUN_HERE) <= set(cpu)
     assert [r["check"] for r in report["results"]] == cpu + gpu
     for result in report["results"]:
-        expected = "PASS" if result["check"] in cpu else "SKIP"
+        expected = "PASS" if result["check"] in RUN_HERE else "SKIP"
         assert result["status"] == expected, result
         assert any(line.startswith(f"{expected} {result['check']}") for line in lines)
-    assert report["counts"] == {"PASS": len(cpu), "FAIL": 0, "SKIP": len(gpu)}
-    assert lines[-1] == f"{len(cpu)} passed, 0 failed, {len(gpu)} skipped"
+        if result["check"] in cpu and expected == "SKIP":
+            assert result["detail"] == "not selected (--only)", result
+        if result["check"] in gpu:
+            assert result["detail"] != "not selected (--only)", result  # no CUDA is the reason, not --only
+    assert report["counts"] == {"PASS": len(RUN_HERE), "FAIL": 0, "SKIP": len(cpu) + len(gpu) - len(RUN_HERE)}
+    assert lines[-1] == f"{len(RUN_HERE)} passed, 0 failed, {len(cpu) + len(gpu) - len(RUN_HERE)} skipped"
+
+
+def test_only_runs_the_named_checks_in_report_order_and_a_text_naming_none_is_one_line(capsys):
+    gpu_check = load_script(SCRIPT)
+    checks = [("alpha check", ["t.py::a"]), ("Beta check", ["t.py::b"]), ("gamma", ["t.py::c"])]
+    names = [name for name, _ in checks]
+    ran = []
+
+    def run(chosen):
+        ran.append([name for name, _ in chosen])
+        return [gpu_check.Result(name, "PASS") for name, _ in reversed(chosen)]
+
+    results = gpu_check.Selection(["beta", "GAMMA"], names).run(checks, run)
+    assert ran == [["Beta check", "gamma"]]  # one run, the selected checks only
+    assert [(r.check, r.status) for r in results] == [("alpha check", "SKIP"), ("Beta check", "PASS"),
+                                                      ("gamma", "PASS")]
+    assert gpu_check.Selection(None, names).run(checks, run)[0].status == "PASS"  # no --only: every check
+    with pytest.raises(SystemExit) as stopped:
+        gpu_check.Selection(["delta"], names)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --only 'delta' names no check") and err.count("\n") == 1
 
 
 @pytest.mark.slow
