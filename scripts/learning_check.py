@@ -140,13 +140,16 @@ CPU = Suite(
     overrides=("train.total_frames=1000000000",),
 )
 
+CI_MINUTES = 3.0
 # Every cpu task for a few seconds at toy sizes: each run builds its env and
 # model, collects, makes a dozen updates, evaluates and finishes; the judging,
 # table, figures and exit codes run as for the real suite. No task has a bar.
 CI = Suite(
     name="ci",
     about="the cpu suite's tasks at toy sizes for a few seconds each: the pipeline, not learning",
-    tasks=tuple(replace(t, minutes=0.5, threshold=None, threshold_source="none (ci: the run must finish)",
+    # The clock is a safety net here (each run ends by its frames in seconds): it must not end
+    # a run that a busy machine slowed.
+    tasks=tuple(replace(t, minutes=CI_MINUTES, threshold=None, threshold_source="none (ci: the run must finish)",
                         budget_source="ci: toy sizes for seconds",
                         episodes=1, seeds=(0,), allowed_misses=0) for t in CPU.tasks),
     overrides=(
