@@ -380,7 +380,7 @@ if __name__ == "__main__":
     env = make_env(cfg.env, cfg.algo)
     models = build_models(cfg.algo, cfg.env, env, torch.device("cpu"))
     close_env(env)
-    for workers in (1, 2, 1, 2):  # as a benchmark builds them: several, one after another
+    for workers in (1, 2):  # as a benchmark builds them: several, one after another
         collector = make_collector(cfg.collector, cfg.env, cfg.algo, cfg.compile, models.policy(explore=True),
                                    seed=0, workers=workers, random_frames=0, learner_threads=1)
         next(iter(collector))

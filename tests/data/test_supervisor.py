@@ -24,13 +24,14 @@ def _kill_a_worker(run_dir, proc) -> tuple[int, float]:
 @pytest.mark.timeout(600)
 def test_a_dead_worker_is_restarted_and_the_run_finishes(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=600")
+    # The kill comes after the first logged updates (~220 frames): the rest needs the new worker.
+    proc = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=400")
     dead, _ = _kill_a_worker(run_dir, proc)
     wait_for(lambda: worker_pids(proc.pid) not in ([], [dead]), 30, "a replacement worker")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     assert "collector worker 0 (exit code -9) died; restarting the collector (1/3)" in out + err
-    assert json.loads((run_dir / "summary.json").read_text())["frames"] >= 600
+    assert json.loads((run_dir / "summary.json").read_text())["frames"] >= 400
     assert not alive([dead])
 
 

@@ -21,10 +21,12 @@ SUMMARY_KEYS = {
 }
 
 
+# Eager: a cold compile of the smoke's losses costs minutes of CPU; compiled runs end to end,
+# their console and their portable compile cache are tests/run/test_background_compile.py's.
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("smoke")
-    result = run_dreamer("experiment=smoke", f"hydra.run.dir={run_dir}", "logger.progress_bar=false")
+    result = run_dreamer("experiment=smoke", "compile=off", f"hydra.run.dir={run_dir}", "logger.progress_bar=false")
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir / "console.txt").write_text(result.stdout + result.stderr)
     return run_dir
@@ -55,7 +57,7 @@ def test_smoke_run_leaves_summary_metrics_checkpoint_and_videos(smoke_run: Path)
     summary = json.loads((smoke_run / "summary.json").read_text())
     assert SUMMARY_KEYS <= summary.keys()
     assert summary["frames"] >= 600 and summary["updates"] > 0
-    assert summary["eval_episodes"] == 1 and summary["compile_warmup_s"] > 0
+    assert summary["eval_episodes"] == 1
     metrics = read_metrics(smoke_run)
     assert all({"frames", "updates"} <= m.keys() for m in metrics)
     assert any("loss_model_reco" in m for m in metrics)
@@ -70,19 +72,16 @@ def test_smoke_run_leaves_summary_metrics_checkpoint_and_videos(smoke_run: Path)
     assert openloop
     frames = imageio.mimread(openloop[-1])
     assert len(frames) == 10 and frames[0].shape == (3 * 64, 4 * 64, 3)
-    # the portable compile cache another machine can start warm from
-    assert (smoke_run / "compile_cache.bin").stat().st_size > 0
 
 
 def test_resume_continues_counters_from_the_checkpoint(smoke_run: Path):
     before = json.loads((smoke_run / "summary.json").read_text())
     n_lines = len(read_metrics(smoke_run))
-    result = run_dreamer("experiment=smoke", f"resume={smoke_run}", "train.total_frames=800",
-                     "logger.progress_bar=false")
+    result = run_dreamer("experiment=smoke", "compile=off", f"resume={smoke_run}", "train.total_frames=800",
+                         "logger.progress_bar=false")
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stdout + result.stderr
     assert f"resumed from {smoke_run} at frames={before['frames']} updates={before['updates']}" in log
-    assert f"compile cache loaded from {smoke_run / 'compile_cache.bin'}" in log
     # the learner process keeps freed host memory (glibc's malloc; elsewhere a no-op)
     assert f"retain_host_memory={platform.libc_ver()[0] == 'glibc'}" in log
     after = json.loads((smoke_run / "summary.json").read_text())
@@ -94,7 +93,7 @@ def test_resume_continues_counters_from_the_checkpoint(smoke_run: Path):
 
 def test_resume_refuses_an_override_outside_the_allow_list(smoke_run: Path, tmp_path):
     checkpoints = sorted((smoke_run / "checkpoints").iterdir())
-    result = run_dreamer("experiment=smoke", f"resume={smoke_run}", "buffer.batch_size=8",
+    result = run_dreamer("experiment=smoke", "compile=off", f"resume={smoke_run}", "buffer.batch_size=8",
                      f"hydra.run.dir={tmp_path}")
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -106,7 +105,9 @@ def test_resume_refuses_an_override_outside_the_allow_list(smoke_run: Path, tmp_
 def test_wandb_run_offline_without_an_account_carries_config_tags_curve_and_video_and_resumes_into_it(tmp_path):
     run_dir = tmp_path / "run"
     env_without_key = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    # Collected in the learner's process on one thread (no worker to spawn): this test is about W&B.
     overrides = ["experiment=smoke", "logger=wandb", "compile=off", "logger.progress_bar=false",
+                 "collector.num_workers=0", "threads=1",
                  "logger.group=ci-group", "logger.tags=[ci-tag]", "algo.imagination_horizon=4"]
 
     def dreamer_offline(*more: str) -> None:

@@ -238,7 +238,7 @@ def test_a_full_disk_mid_checkpoint_keeps_the_previous_one_end_to_end(tmp_path):
     # With the filled part of the replay buffer (hundreds of 64x64 pixel steps, megabytes) a
     # checkpoint no longer fits under a file-size limit 1 MiB above one without it.
     limit = previous.stat().st_size + 2**20
-    resumed = start(f"resume={run_dir}", "train.total_frames=600", "checkpoint.replay=true",
+    resumed = start(f"resume={run_dir}", "train.total_frames=600", "checkpoint.replay=true", "checkpoint.every=10",
                     "logger.progress_bar=false", f"hydra.run.dir={tmp_path / 'h'}",
                     preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
     _, err = resumed.communicate(timeout=300)

@@ -17,9 +17,8 @@ from tests.support.processes import FAST, alive, descendants, has_updates, start
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("sig, whole_group", [
     (signal.SIGTERM, False),  # a scheduler's preemption notice to the main process
-    (signal.SIGUSR1, False),  # SLURM's --signal=USR1@60
     (signal.SIGINT, True),  # Ctrl-C in a terminal: the whole process group gets it
-])
+])  # SIGUSR1 (SLURM's --signal=USR1@60) runs the same handler: tests/e2e/test_batch_jobs.py sends it
 def test_a_stop_signal_writes_a_final_checkpoint_and_exits_0(tmp_path, sig, whole_group):
     run_dir = tmp_path / "run"
     # 400 agent steps per batch owe 400 updates (smoke: one per step): a stop must
