@@ -159,10 +159,10 @@ CI = Suite(
         # machine two OpenMP threads waiting on each other slow them by orders of magnitude.
         "threads=1", "compile=off", "collector.num_workers=0", "collector.init_random_frames=16",
         "collector.frames_per_batch=8", "buffer.capacity=1000", "buffer.batch_size=2", "buffer.batch_length=8",
-        "train.train_ratio=8",  # half an update per agent step at 2 x 8: 4-88 updates per run
+        "train.train_ratio=4",  # a quarter update per agent step at 2 x 8: 2-44 updates per run
         "env.max_episode_steps=16", "algo.hidden_dim=16", "algo.rssm_hidden_dim=16",
-        "algo.encoder_channels=4", "algo.imagination_horizon=3", "eval.every=4", "eval.openloop=false",
-        "logger.log_every=4", "checkpoint.every=1000",
+        "algo.encoder_channels=4", "algo.imagination_horizon=3", "eval.every=2", "eval.openloop=false",
+        "logger.log_every=2", "checkpoint.every=1000",
     ),
 )
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from dreamer.run import checkpoint as ckpt
-from tests.support.processes import FAST, alive, has_updates, start, wait_for, worker_pids
+from tests.support.processes import FAST_WITH_WORKER, alive, has_updates, start, wait_for, worker_pids
 
 
 def _kill_a_worker(run_dir, proc) -> tuple[int, float]:
@@ -25,7 +25,7 @@ def _kill_a_worker(run_dir, proc) -> tuple[int, float]:
 def test_a_dead_worker_is_restarted_and_the_run_finishes(tmp_path):
     run_dir = tmp_path / "run"
     # The kill comes after the first logged updates (~220 frames): the rest needs the new worker.
-    proc = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=400")
+    proc = start(*FAST_WITH_WORKER, f"hydra.run.dir={run_dir}", "train.total_frames=400")
     dead, _ = _kill_a_worker(run_dir, proc)
     wait_for(lambda: worker_pids(proc.pid) not in ([], [dead]), 30, "a replacement worker")
     out, err = proc.communicate(timeout=300)
@@ -39,7 +39,7 @@ def test_a_dead_worker_is_restarted_and_the_run_finishes(tmp_path):
 @pytest.mark.timeout(600)
 def test_a_dead_worker_without_restart_stops_with_one_clear_line_and_a_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=100000",
+    proc = start(*FAST_WITH_WORKER, f"hydra.run.dir={run_dir}", "train.total_frames=100000",
                  "collector.restart_on_failure=false")
     _, killed_at = _kill_a_worker(run_dir, proc)
     out, err = proc.communicate(timeout=60)

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.custom_env import write_custom_env_module
-from tests.support.processes import FAST, ROOT, dreamer_env, read_metrics
+from tests.support.processes import FAST, FAST_TRAIN_RATIO, ROOT, dreamer_env, read_metrics
 
 MODULE, ENV_ID = "my_dreamer_envs", "MyDrift-v0"
-BATCH_SIZE, BATCH_LENGTH, TRAIN_RATIO = 4, 10, 40  # experiment=smoke: one update per agent step
+BATCH_SIZE, BATCH_LENGTH, TRAIN_RATIO = 4, 10, FAST_TRAIN_RATIO  # experiment=smoke's batches
 
 
 @pytest.fixture(scope="module")

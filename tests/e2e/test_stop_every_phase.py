@@ -74,7 +74,8 @@ def test_a_sigterm_during_an_evaluation_abandons_it_after_the_checkpoint_it_foll
 def test_a_sigterm_during_the_compile_warm_up_checkpoints_without_waiting_for_the_compile(tmp_path):
     run_dir = tmp_path / "run"
     proc = start("experiment=smoke", "compile.background=false", "eval.video=false", "logger.progress_bar=false",
-                 ENDLESS, f"hydra.run.dir={run_dir}", f"compile.cache_dir={tmp_path / 'inductor'}")  # a cold compile
+                 "collector.num_workers=0", "threads=1", ENDLESS, f"hydra.run.dir={run_dir}",
+                 f"compile.cache_dir={tmp_path / 'inductor'}")  # a cold compile
     try:
         wait_for(lambda: "compiling the losses before the first update" in _log(run_dir), 240, "the warm-up")
         time.sleep(2.0)

@@ -13,7 +13,7 @@ import imageio
 import pytest
 
 from tests.support import wandb_records
-from tests.support.processes import ROOT, read_metrics, run_dreamer
+from tests.support.processes import FAST_TRAIN_RATIO, ROOT, read_metrics, run_dreamer
 
 SUMMARY_KEYS = {
     "frames", "updates", "wall_s", "updates_per_s", "frames_per_s", "eval_return_mean",
@@ -23,10 +23,12 @@ SUMMARY_KEYS = {
 
 # Eager: a cold compile of the smoke's losses costs minutes of CPU; compiled runs end to end,
 # their console and their portable compile cache are tests/run/test_background_compile.py's.
+# One update per four agent steps: every stage still runs (evaluation, videos, checkpoints).
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("smoke")
-    result = run_dreamer("experiment=smoke", "compile=off", f"hydra.run.dir={run_dir}", "logger.progress_bar=false")
+    result = run_dreamer("experiment=smoke", "compile=off", f"train.train_ratio={FAST_TRAIN_RATIO}",
+                         f"hydra.run.dir={run_dir}", "logger.progress_bar=false")
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir / "console.txt").write_text(result.stdout + result.stderr)
     return run_dir
@@ -77,15 +79,16 @@ def test_smoke_run_leaves_summary_metrics_checkpoint_and_videos(smoke_run: Path)
 def test_resume_continues_counters_from_the_checkpoint(smoke_run: Path):
     before = json.loads((smoke_run / "summary.json").read_text())
     n_lines = len(read_metrics(smoke_run))
-    result = run_dreamer("experiment=smoke", "compile=off", f"resume={smoke_run}", "train.total_frames=800",
-                         "logger.progress_bar=false")
+    # On another machine shape (collected in the learner's process): workers and threads may change.
+    result = run_dreamer("experiment=smoke", "compile=off", f"resume={smoke_run}", "train.total_frames=700",
+                         "collector.num_workers=0", "threads=1", "logger.progress_bar=false")
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stdout + result.stderr
     assert f"resumed from {smoke_run} at frames={before['frames']} updates={before['updates']}" in log
     # the learner process keeps freed host memory (glibc's malloc; elsewhere a no-op)
     assert f"retain_host_memory={platform.libc_ver()[0] == 'glibc'}" in log
     after = json.loads((smoke_run / "summary.json").read_text())
-    assert after["frames"] >= 800 and after["updates"] > before["updates"]
+    assert after["frames"] >= 700 and after["updates"] > before["updates"]
     new = read_metrics(smoke_run)[n_lines:]
     assert new and min(m["updates"] for m in new) > before["updates"]
     assert min(m["frames"] for m in new) >= before["frames"]
@@ -107,7 +110,7 @@ def test_wandb_run_offline_without_an_account_carries_config_tags_curve_and_vide
     env_without_key = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     # Collected in the learner's process on one thread (no worker to spawn): this test is about W&B.
     overrides = ["experiment=smoke", "logger=wandb", "compile=off", "logger.progress_bar=false",
-                 "collector.num_workers=0", "threads=1",
+                 "collector.num_workers=0", "threads=1", f"train.train_ratio={FAST_TRAIN_RATIO}",
                  "logger.group=ci-group", "logger.tags=[ci-tag]", "algo.imagination_horizon=4"]
 
     def dreamer_offline(*more: str) -> None:
@@ -184,7 +187,7 @@ V3_TINY = (
     "algo=dreamer_v3", "compile=off", "env.max_episode_steps=50",
     "algo.rssm_hidden_dim=16", "algo.hidden_dim=16", "algo.num_categoricals=4", "algo.num_classes=4",
     "algo.num_bins=31", "algo.mlp_layers=1", "algo.imagination_horizon=3",
-    "collector.num_workers=1", "collector.frames_per_batch=25", "collector.init_random_frames=50",
+    "collector.num_workers=0", "threads=1", "collector.frames_per_batch=25", "collector.init_random_frames=50",
     "buffer.batch_size=2", "buffer.batch_length=10", "buffer.capacity=1000",
     "train.train_ratio=10", "logger.log_every=5", "eval.every=10", "eval.episodes=1",
     "checkpoint.every=10", "logger.progress_bar=false",

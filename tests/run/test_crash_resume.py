@@ -20,7 +20,7 @@ CRASHY = (*FAST, "checkpoint.every=20", "checkpoint.keep=2", "checkpoint.replay=
 
 
 def _kill(proc, when) -> None:
-    """Wait for ``when()``, SIGKILL the main process, and check its workers do not outlive it."""
+    """Wait for ``when()``, SIGKILL the main process, and check nothing it started outlives it."""
     children: list[int] = []
 
     def ready() -> bool:

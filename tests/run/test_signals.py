@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from dreamer.run import checkpoint as ckpt
-from tests.support.processes import FAST, alive, descendants, has_updates, start, wait_for
+from tests.support.processes import FAST_WITH_WORKER, alive, descendants, has_updates, start, wait_for
 
 
 @pytest.mark.e2e
@@ -21,9 +21,9 @@ from tests.support.processes import FAST, alive, descendants, has_updates, start
 ])  # SIGUSR1 (SLURM's --signal=USR1@60) runs the same handler: tests/e2e/test_batch_jobs.py sends it
 def test_a_stop_signal_writes_a_final_checkpoint_and_exits_0(tmp_path, sig, whole_group):
     run_dir = tmp_path / "run"
-    # 400 agent steps per batch owe 400 updates (smoke: one per step): a stop must
+    # 400 agent steps per batch owe 100 updates (one per four steps): a stop must
     # not wait for them all (a scheduler's warning may be shorter).
-    proc = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=100000",
+    proc = start(*FAST_WITH_WORKER, f"hydra.run.dir={run_dir}", "train.total_frames=100000",
                  "collector.frames_per_batch=400")
     wait_for(has_updates(run_dir), 180, "the first updates")
     children = descendants(proc.pid)
@@ -50,7 +50,7 @@ def test_a_stop_signal_writes_a_final_checkpoint_and_exits_0(tmp_path, sig, whol
 @pytest.mark.timeout(600)
 def test_a_second_ctrl_c_exits_at_once_without_leaving_workers(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=100000")
+    proc = start(*FAST_WITH_WORKER, f"hydra.run.dir={run_dir}", "train.total_frames=100000")
     wait_for(has_updates(run_dir), 180, "the first updates")
     children = descendants(proc.pid)
     lines = []  # its stderr, read as it comes
@@ -77,7 +77,7 @@ def test_a_second_ctrl_c_exits_at_once_without_leaving_workers(tmp_path):
 @pytest.mark.timeout(600)
 def test_workers_exit_when_the_main_process_is_killed(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start(*FAST, f"hydra.run.dir={run_dir}", "train.total_frames=100000")
+    proc = start(*FAST_WITH_WORKER, f"hydra.run.dir={run_dir}", "train.total_frames=100000")
     wait_for(has_updates(run_dir), 180, "the first updates")
     children = descendants(proc.pid)
     assert children

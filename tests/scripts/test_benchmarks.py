@@ -41,8 +41,19 @@ def test_peers_times_torchrls_stepper_beside_ours_with_the_same_parameters(tmp_p
     assert pendulum["torchrl_eager_s"] > 0 and pendulum["ours_eager_s"] > 0
     # The recipe's config is read off ours: the same weights, module by module.
     params = pendulum["params"]
+    assert set(params["ours_eager"]) >= {"encoder", "decoder", "reward", "continue", "actor", "critic"}
     assert params["torchrl_eager"] == params["ours_eager"] and all(n > 0 for n in params["ours_eager"].values())
     assert pendulum["torchrl_recipe"]["torchrl_eager"]["replay_buffer"] == {"batch_size": 16, "seq_len": 4}
+    # As shipped is the compiled side (experiment=small ships with compile on), which this run left out.
+    assert pendulum["shipped"] == "compiled" and pendulum["ours_shipped_s"] is None
+    assert pendulum["ours_compiled_s"] is None
+    # sheeprl's side was not asked for: its keys are there, without figures; the mapping is read
+    # from our composed config, so our overrides reach sheeprl's settings.
+    for config in ("pendulum", "size1m"):
+        for variant in ("", "_eager", "_compiled"):
+            assert f"speedup_vs_sheeprl_{config}{variant}" in report
+    assert report["speedup_vs_sheeprl_pendulum"] is None and pendulum["sheeprl_s"] is None
+    assert "algo.per_rank_sequence_length=4" in result.stdout and "algo.horizon=2" in result.stdout
 
 
 def test_an_update_path_the_schema_lacks_is_skipped_with_a_reason(monkeypatch):

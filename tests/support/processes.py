@@ -14,8 +14,15 @@ import psutil
 
 from tests.support.paths import REPO_ROOT as ROOT
 
-# Small and eager: these tests are about processes and files, not learning.
-FAST = ("experiment=smoke", "compile=off", "eval.video=false", "logger.progress_bar=false")
+# Small and eager: these tests are about processes and files, not learning. Collected in
+# the learner's process on one thread (a worker's start-up costs as much CPU as the
+# learner's own; two OpenMP threads on a busy 2-core box slow tiny updates many times),
+# with one update per four agent steps (the smoke's 4 x 10 batches).
+FAST_TRAIN_RATIO = 10
+FAST = ("experiment=smoke", "compile=off", "eval.video=false", "logger.progress_bar=false",
+        "collector.num_workers=0", "threads=1", f"train.train_ratio={FAST_TRAIN_RATIO}")
+# As FAST, with one collector worker process: for tests about workers.
+FAST_WITH_WORKER = (*FAST, "collector.num_workers=1")
 
 
 def dreamer_env() -> dict:

@@ -82,7 +82,7 @@ def test_profiled_run_writes_one_merged_trace_with_every_named_range(tmp_path):
            # 25 updates per collector batch here: the window spans a batch write.
            "PROF_ITERATIONS": "10-40", "PROF_OUTPUT_DIR": str(traces), "PROF_MODE": "lite"}
     result = subprocess.run(
-        [sys.executable, "-m", "dreamer", "experiment=smoke", "env=pendulum", "compile=off", "train.total_frames=400",
+        [sys.executable, "-m", "dreamer", "experiment=smoke", "env=pendulum", "compile=off", "train.total_frames=300",
          "eval.video=false", f"hydra.run.dir={tmp_path / 'run'}", "logger.progress_bar=false"],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
     )
