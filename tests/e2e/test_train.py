@@ -24,11 +24,14 @@ SUMMARY_KEYS = {
 # Eager: a cold compile of the smoke's losses costs minutes of CPU; compiled runs end to end,
 # their console and their portable compile cache are tests/run/test_background_compile.py's.
 # One update per four agent steps: every stage still runs (evaluation, videos, checkpoints).
+# The resumes below repeat the command, as a user would.
+SMOKE = ("experiment=smoke", "compile=off", f"train.train_ratio={FAST_TRAIN_RATIO}")
+
+
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("smoke")
-    result = run_dreamer("experiment=smoke", "compile=off", f"train.train_ratio={FAST_TRAIN_RATIO}",
-                         f"hydra.run.dir={run_dir}", "logger.progress_bar=false")
+    result = run_dreamer(*SMOKE, f"hydra.run.dir={run_dir}", "logger.progress_bar=false")
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir / "console.txt").write_text(result.stdout + result.stderr)
     return run_dir
@@ -80,7 +83,7 @@ def test_resume_continues_counters_from_the_checkpoint(smoke_run: Path):
     before = json.loads((smoke_run / "summary.json").read_text())
     n_lines = len(read_metrics(smoke_run))
     # On another machine shape (collected in the learner's process): workers and threads may change.
-    result = run_dreamer("experiment=smoke", "compile=off", f"resume={smoke_run}", "train.total_frames=700",
+    result = run_dreamer(*SMOKE, f"resume={smoke_run}", "train.total_frames=700",
                          "collector.num_workers=0", "threads=1", "logger.progress_bar=false")
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stdout + result.stderr
@@ -96,7 +99,7 @@ def test_resume_continues_counters_from_the_checkpoint(smoke_run: Path):
 
 def test_resume_refuses_an_override_outside_the_allow_list(smoke_run: Path, tmp_path):
     checkpoints = sorted((smoke_run / "checkpoints").iterdir())
-    result = run_dreamer("experiment=smoke", "compile=off", f"resume={smoke_run}", "buffer.batch_size=8",
+    result = run_dreamer(*SMOKE, f"resume={smoke_run}", "buffer.batch_size=8",
                      f"hydra.run.dir={tmp_path}")
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]

@@ -66,7 +66,7 @@ def test_learning_starts_at_once_and_the_compiled_losses_take_over_when_the_chil
     # What it compiled is in the run directory's portable cache, which a resume loads first.
     artifact = run_dir / "compile_cache.bin"
     assert artifact.stat().st_size > 0
-    resumed = run_dreamer(f"resume={run_dir}", f"train.total_frames={timers['frames'] + 50}",
+    resumed = run_dreamer(f"resume={run_dir}", f"train.total_frames={timers['frames'] + 50}", "collector.num_workers=0",
                           "logger.progress_bar=false", f"hydra.run.dir={tmp_path / 'resumed'}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"compile cache loaded from {artifact}" in resumed.stdout + resumed.stderr

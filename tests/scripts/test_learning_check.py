@@ -32,7 +32,7 @@ def test_a_run_stops_at_its_time_budget_and_the_check_judges_its_evals(tmp_path)
     result = check(
         "--experiment", "smoke", "--seeds", "0", "--minutes", str(BUDGET_MIN), "--threshold=-1e9",
         "--episodes", "1", "--out", str(out),
-        "--", "compile=off", "eval.video=false", "collector.num_workers=0", "eval.every=5",
+        "--", "compile=off", "eval.video=false", "collector.num_workers=0", "threads=1", "eval.every=5",
         "train.total_frames=100000000",  # only the clock can end this run
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
