@@ -142,7 +142,7 @@ CPU = Suite(
 
 CI_MINUTES = 3.0
 # Every cpu task for a few seconds at toy sizes: each run builds its env and
-# model, collects, makes a dozen updates, evaluates and finishes; the judging,
+# model, collects, makes a few updates, evaluates and finishes; the judging,
 # table, figures and exit codes run as for the real suite. No task has a bar.
 CI = Suite(
     name="ci",

@@ -24,7 +24,7 @@ def _kill_a_worker(run_dir, proc) -> tuple[int, float]:
 @pytest.mark.timeout(600)
 def test_a_dead_worker_is_restarted_and_the_run_finishes(tmp_path):
     run_dir = tmp_path / "run"
-    # The kill comes after the first logged updates (~220 frames): the rest needs the new worker.
+    # The kill comes after the first logged updates (~250 frames): the rest needs the new worker.
     proc = start(*FAST_WITH_WORKER, f"hydra.run.dir={run_dir}", "train.total_frames=400")
     dead, _ = _kill_a_worker(run_dir, proc)
     wait_for(lambda: worker_pids(proc.pid) not in ([], [dead]), 30, "a replacement worker")

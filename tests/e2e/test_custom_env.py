@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.custom_env import write_custom_env_module
-from tests.support.processes import FAST, FAST_TRAIN_RATIO, ROOT, dreamer_env, read_metrics
+from tests.support.processes import FAST_TRAIN_RATIO, FAST_WITH_WORKER, ROOT, dreamer_env, read_metrics
 
 MODULE, ENV_ID = "my_dreamer_envs", "MyDrift-v0"
 BATCH_SIZE, BATCH_LENGTH, TRAIN_RATIO = 4, 10, FAST_TRAIN_RATIO  # experiment=smoke's batches
@@ -31,8 +31,8 @@ def custom_env_run(tmp_path_factory) -> tuple[Path, int, list[int]]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp / "src"), env.get("PYTHONPATH")]))
     env["CUSTOM_ENV_BUILT_BY"] = str(built_by)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dreamer", *FAST, "env=gym", f"env.name={ENV_ID}", f"env.import={MODULE}",
-         "collector.num_workers=1", "train.total_frames=250", f"hydra.run.dir={run_dir}"],
+        [sys.executable, "-m", "dreamer", *FAST_WITH_WORKER, "env=gym", f"env.name={ENV_ID}", f"env.import={MODULE}",
+         "train.total_frames=250", f"hydra.run.dir={run_dir}"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
     )
     _, stderr = proc.communicate(timeout=300)

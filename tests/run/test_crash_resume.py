@@ -14,7 +14,7 @@ from dreamer.run import checkpoint as ckpt
 from dreamer.run.build import build_run
 from tests.support.processes import FAST, alive, descendants, read_metrics, start, wait_for
 
-# checkpoint.every=20: a checkpoint about every collector batch; the replay
+# checkpoint.every=20: a checkpoint every few collector batches; the replay
 # buffer makes each one ~25 MB, so a write takes long enough to be caught.
 CRASHY = (*FAST, "checkpoint.every=20", "checkpoint.keep=2", "checkpoint.replay=true")
 
