@@ -11,6 +11,7 @@ from torchrl_ext.dreamer_v3 import (
     SyncFreeDreamerV3ValueLoss,
     replay_lambda_returns,
 )
+from torchrl_ext.held_out import held_out_view, shares_weights, stale_held_out_views
 from torchrl_ext.host_memory import page_locked_like
 from torchrl_ext.imagination import (
     BatchedRewardDreamerEnv,
@@ -71,10 +72,13 @@ __all__ = [
     "StagedDeviceReplayBuffer",
     "SyncFreeDreamerV3ValueLoss",
     "TraceableOneHotCategorical",
+    "held_out_view",
     "install_from_any_fast_path",
     "module_to",
     "eager_rollout_step",
     "page_locked_like",
+    "shares_weights",
+    "stale_held_out_views",
     "use_one_intra_op_thread",
     "replay_lambda_returns",
     "split_block_gru_inputs",

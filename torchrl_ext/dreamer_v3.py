@@ -38,7 +38,6 @@ from torchrl.modules.distributions.utils import has_analytic_entropy, rsample_an
 from torchrl.modules.models.model_based import two_hot_encode
 from torchrl.objectives import DreamerV3ActorLoss, DreamerV3ValueLoss
 from torchrl.objectives.dreamer_v3 import _match_trailing_dim
-from torchrl.objectives.utils import hold_out_net
 from torchrl.objectives.value.functional import td_lambda_return_estimate
 
 # The critic's logits over imagined steps 0..H-1, with their graph to the
@@ -97,7 +96,10 @@ class OneCriticPassDreamerV3ActorLoss(DreamerV3ActorLoss):
             return super().forward(tensordict)
         keys = self.tensor_keys
         start = tensordict.select(keys.state, keys.belief).data
-        with hold_out_net(self.model_based_env), set_exploration_type(ExplorationType.RANDOM):
+        # Nothing differentiates through a REINFORCE rollout, so it runs without autograd
+        # instead of inside ``hold_out_net``: the same values, and under torch.compile no
+        # swap of every world-model weight for a detached copy and back to trace.
+        with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
             start = self.model_based_env.reset(start.copy())
             imagined = self.model_based_env.rollout(
                 max_steps=self.imagination_horizon, policy=self.actor_model, auto_reset=False,
@@ -120,7 +122,7 @@ class OneCriticPassDreamerV3ActorLoss(DreamerV3ActorLoss):
         continuation = root_continuation = None
         continuation_model = self.__dict__.get("continuation_model")
         if continuation_model is not None:
-            with hold_out_net(continuation_model):
+            with torch.no_grad():  # weights the returns and the discount, both stopped
                 continues = continuation_model(states.copy()).get(keys.continuation)
             continuation, root_continuation = continues[..., 1:, :], continues[..., :-1, :]
             imagined.set(keys.continuation, root_continuation)

@@ -42,7 +42,7 @@ from dreamer.config import AlgoConfig, CompileConfig
 from dreamer.errors import UserError
 from dreamer.system.compile import maybe_compile
 from dreamer.system.timing import device_clock
-from torchrl_ext import CapturedStep
+from torchrl_ext import CapturedStep, stale_held_out_views
 
 PHASES = ("world_model", "actor", "value")  # update order; also the optimiser names
 
@@ -165,6 +165,16 @@ class BaseLearner(abc.ABC):
         self._run_update: Callable = self._update_body
         self._whole_update: Callable | None = None  # the compiled whole update (whole, captured)
         self._grads_in_place = False  # gradients zeroed in place, never dropped (whole, captured)
+        self._check_held_out_views()
+
+    def _check_held_out_views(self) -> None:
+        """The actor loss imagines through held-out views of the world model's (and a
+        pathwise loss's critic's) weights (torchrl_ext/held_out.py). Anything that gave
+        those weights new memory (a move to another device or dtype after the build)
+        would leave it imagining with weights no optimiser updates: refuse at once."""
+        loss = self._eager_fns["actor"]
+        if stale := stale_held_out_views(loss, *(m for m in vars(loss).values() if isinstance(m, nn.Module))):
+            raise RuntimeError(f"held-out views no longer share the trained weights' memory: {stale}")
 
     # -- data -----------------------------------------------------------------
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
@@ -404,6 +414,7 @@ class BaseLearner(abc.ABC):
         for k, o in self.optimizers.items():
             o.load_state_dict(state["optimizers"][k])
         self._load_extra_state(state)
+        self._check_held_out_views()
         if self._run_update is not self._update_body:
             # A compiled whole update traced with every parameter's optimiser state in
             # place (a checkpoint from before some first step lacks some). Loaded state

@@ -14,6 +14,8 @@ from torch._dynamo.utils import counters
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from dreamer.algos.learner import MetricsAccumulator
+from dreamer.algos.v1 import learner as v1_learner
+from dreamer.algos.v1 import models as v1_models
 from dreamer.algos.v1.learner import METRIC_NAMES, DreamerV1Learner
 from dreamer.algos.v1.models import build_models
 from dreamer.data.replay import stored_keys
@@ -21,6 +23,7 @@ from dreamer.envs.factory import close_env, make_env
 from tests.support.configs import tiny_config
 from tests.support.gpu_checks import CHECKPOINT_RESUME, EAGER_UPDATES_CUDA, V1_NO_HOST_TRANSFER
 from tests.support.spies import HOST_TRANSFERS, CallCounter, spy_tensor_methods
+from torchrl_ext import shares_weights
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
@@ -173,8 +176,35 @@ def test_the_paper_v1_bootstraps_from_the_trained_critic_and_keeps_no_copy(state
     cfg, env, _ = state_setup
     learner = _learner(cfg, env)
     assert cfg.algo.slow_value_tau == 0 and learner.slow_value is None
-    assert learner.actor_loss.value_model is learner.models.value
+    # The trained critic's own weights (the same memory), held out of the actor's graph.
+    bootstrap = learner.actor_loss.value_model
+    assert shares_weights(bootstrap, learner.models.value)
+    assert not any(p.requires_grad for p in bootstrap.parameters())
     assert "slow_value" not in learner.state_dict()
+
+
+def test_imagining_through_held_out_views_updates_as_holding_the_trained_modules_out(state_setup, monkeypatch):
+    """The actor loss imagines and bootstraps through held-out views of the prior's, reward
+    head's and critic's weights: updates (and a checkpoint load between them) match a
+    learner whose loss holds the trained modules themselves out per call, exactly."""
+    cfg, env, batch = state_setup
+    ours = _learner(cfg, env)
+    with monkeypatch.context() as patch:
+        for module in (v1_models, v1_learner):
+            patch.setattr(module, "held_out_view", lambda m: m)
+        upstream = _learner(cfg, env)
+    assert upstream.actor_loss.value_model is upstream.models.value
+    initial = _snapshot(ours)
+    for step in range(3):
+        if step == 1:
+            ours.load_state_dict(copy.deepcopy(ours.state_dict()))
+        for learner in (ours, upstream):
+            torch.manual_seed(step)
+            learner.update(batch.clone())
+    mine, theirs = _snapshot(ours), _snapshot(upstream)
+    assert all(torch.equal(mine[part][n], theirs[part][n]) for part in theirs for n in theirs[part])
+    assert all(any(not torch.equal(mine[part][n], initial[part][n]) for n in mine[part])
+               for part in ("prior", "reward", "value"))
 
 
 def test_a_slow_value_copy_is_what_returns_bootstrap_from_and_it_follows_the_critic(state_setup):

@@ -15,6 +15,8 @@ from torch._dynamo.utils import counters
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.objectives import DreamerV3ActorLoss
 
+from dreamer.algos.v3 import learner as v3_learner
+from dreamer.algos.v3 import models as v3_models
 from dreamer.algos.v3.learner import METRIC_NAMES, DreamerV3Learner
 from dreamer.algos.v3.models import build_models
 from dreamer.config import validate
@@ -330,6 +332,44 @@ def test_imagination_records_autograd_only_for_a_pathwise_actor_gradient(state_s
         td = learner._start_states(latent)
         traj = env_.rollout(3, learner.models.actor, auto_reset=False, tensordict=env_.reset(td.copy()))
     assert traj.get(("next", "state")).requires_grad is (actor_grad == "dynamics")
+
+
+def test_a_pathwise_actor_loss_through_held_out_views_updates_as_holding_the_trained_modules_out(
+    state_setup, monkeypatch
+):
+    """A dynamics actor loss imagines and bootstraps through held-out views of the world
+    model's, continuation head's and critic's weights. They read the weights each update
+    and checkpoint load leaves, so updates match those of a learner whose loss holds the
+    trained modules themselves out per call (upstream's hold_out_net), exactly; and the
+    actor's backward leaves no gradient on the weights it holds out."""
+    cfg, env, batch = state_setup
+    cfg = copy.deepcopy(cfg)
+    cfg.algo.actor_grad = "dynamics"
+    ours = _learner(cfg, env)
+    with monkeypatch.context() as patch:
+        for module in (v3_models, v3_learner):
+            patch.setattr(module, "held_out_view", lambda m: m)
+        upstream = _learner(cfg, env)
+    assert upstream.actor_loss.value_model is upstream.models.value
+    assert ours.actor_loss.value_model is not ours.models.value
+    initial = _parameters(ours)
+    for step in range(3):
+        if step == 1:  # a checkpoint load writes the weights in place: the views read it
+            ours.load_state_dict(copy.deepcopy(ours.state_dict()))
+        for learner in (ours, upstream):
+            torch.manual_seed(step)
+            learner.update(batch.clone())
+    mine, theirs = _parameters(ours), _parameters(upstream)
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[n], theirs[n]) for n in theirs)
+    held_out = ("prior", "reward", "continuation", "value")  # weights the views had to follow
+    assert all(any(not torch.equal(mine[n], initial[n]) for n in mine if n.startswith(f"{part}.")) for part in held_out)
+
+    latent = ours._world_model_phase(ours.prepare(batch.clone())).out.detach()
+    for p in ours.models.modules.parameters():
+        p.grad = None
+    ours._actor_phase(latent).loss.backward()
+    with_grad = {n.split(".")[0] for n, p in ours.models.modules.named_parameters() if p.grad is not None}
+    assert with_grad == {"actor"}
 
 
 def _reinforce_actor_and_value(learner, prepared, latent, *, upstream: bool):

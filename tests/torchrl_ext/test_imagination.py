@@ -162,9 +162,14 @@ def test_batched_reward_rollout_is_upstreams_rollout(discrete):
 
 def test_batched_reward_rollout_keeps_pathwise_gradients():
     """With dynamics gradients the rollout is differentiated through: the actor's,
-    prior's and reward head's gradients equal upstream's."""
+    prior's and reward head's gradients equal upstream's. (The app's imagination env
+    holds the prior and reward head out of the actor's graph; here their weights in it
+    take gradients, so the rollout's own graph through them is checked too.)"""
     models = _v3_models(discrete=False)
-    params = [p for n, p in models.modules.named_parameters() if n.startswith(("actor.", "prior.", "reward."))]
+    env_weights = list(models.model_based_env.parameters())
+    assert env_weights and not any(w.requires_grad for w in env_weights)
+    params = [p for n, p in models.modules.named_parameters() if n.startswith("actor.")]
+    params += [w.requires_grad_() for w in env_weights]
     grads = []
     for upstream in (True, False):
         out = _imagine(models, upstream=upstream, grad=True)

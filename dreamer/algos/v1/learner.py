@@ -15,6 +15,7 @@ from dreamer.algos.v1.models import DreamerV1Models
 from dreamer.config import CompileConfig, DreamerV1Config
 from dreamer.data.transforms import VectorAsImage
 from dreamer.envs.keys import PIXELS_KEY
+from torchrl_ext import held_out_view
 
 METRIC_NAMES = (
     "loss_model_kl",
@@ -60,11 +61,13 @@ class DreamerV1Learner(BaseLearner):
             models.world_model, lambda_kl=a.kl_scale, free_nats=a.free_nats
         )
         self.world_model_loss.set_keys(pixels=obs_key, reco_pixels="reco_" + obs_key)
-        # The critic the lambda-returns bootstrap from: the trained one (the paper),
-        # or a slow copy of it that no optimiser holds (algo.slow_value_tau > 0).
+        # The critic the lambda-returns bootstrap from: the trained one (the paper), through
+        # a held-out view of its weights, or a slow copy of it that no optimiser holds
+        # (algo.slow_value_tau > 0).
         self.slow_value = copy.deepcopy(models.value).requires_grad_(False) if a.slow_value_tau > 0 else None
         self.actor_loss = DreamerActorLoss(
-            models.actor, models.value if self.slow_value is None else self.slow_value, models.model_based_env,
+            models.actor, held_out_view(models.value) if self.slow_value is None else self.slow_value,
+            models.model_based_env,
             imagination_horizon=a.imagination_horizon, discount_loss=True,
         )
         # time_dim=-2: DreamerActorLoss hands the estimator a batch-less tensordict

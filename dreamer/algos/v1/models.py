@@ -50,6 +50,7 @@ from torchrl_ext import (
     MatmulObsDecoder,
     NonTerminatingDreamerEnv,
     SelectiveRSSMRollout,
+    held_out_view,
 )
 
 ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "silu": nn.SiLU, "tanh": nn.Tanh}
@@ -278,15 +279,16 @@ def _world_model(modules: nn.ModuleDict, wm_encoder: nn.Module, wm_decoder: nn.M
 
 
 def _imagination_env(modules: nn.ModuleDict, a: DreamerV1Config, env: EnvBase, device: torch.device) -> DreamerEnv:
-    """The prior and the reward head as an env the actor imagines in."""
+    """The prior and the reward head as an env the actor imagines in, through held-out views
+    of their weights (torchrl_ext/held_out.py): imagining never trains the world model."""
     # Imagined rollouts never test for done: no host sync per imagined step.
     model_based_env = NonTerminatingDreamerEnv(
         world_model=WorldModelWrapper(
             TensorDictModule(
-                modules["prior"], in_keys=["state", "belief", "action"],
+                held_out_view(modules["prior"]), in_keys=["state", "belief", "action"],
                 out_keys=["_", "_", "state", "belief"],
             ),
-            TensorDictModule(modules["reward"], in_keys=["state", "belief"], out_keys=["reward"]),
+            TensorDictModule(held_out_view(modules["reward"]), in_keys=["state", "belief"], out_keys=["reward"]),
         ),
         prior_shape=torch.Size([a.state_dim]),
         belief_shape=torch.Size([a.rssm_hidden_dim]),

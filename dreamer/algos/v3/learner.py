@@ -15,7 +15,12 @@ from dreamer.config import CompileConfig, DreamerV3Config
 from dreamer.envs.keys import PIXELS_KEY
 from dreamer.errors import UserError
 from dreamer.system.compile import rssm_step_compile_kwargs
-from torchrl_ext import OneCriticPassDreamerV3ActorLoss, SkippableDreamerV3Optimizer, SyncFreeDreamerV3ValueLoss
+from torchrl_ext import (
+    OneCriticPassDreamerV3ActorLoss,
+    SkippableDreamerV3Optimizer,
+    SyncFreeDreamerV3ValueLoss,
+    held_out_view,
+)
 
 WORLD_MODEL_LOSSES = (
     "loss_model_dynamic", "loss_model_representation", "loss_model_reco",
@@ -74,7 +79,9 @@ class DreamerV3Learner(BaseLearner):
         # REINFORCE: one critic pass over the imagined states serves the returns,
         # the baseline and the value loss (upstream's loss makes three).
         self.actor_loss = OneCriticPassDreamerV3ActorLoss(
-            models.actor, models.value, models.model_based_env,
+            # The REINFORCE loss's one critic pass trains the critic (the value loss reads
+            # its logits); a pathwise loss's bootstraps must not: a held-out view.
+            models.actor, models.value if reinforce else held_out_view(models.value), models.model_based_env,
             continuation_model=models.continuation,
             imagination_horizon=a.imagination_horizon,
             entropy_bonus=a.entropy_scale,

@@ -6,6 +6,8 @@ One set of ``nn.Module`` weights (``modules``), wired four ways, as in V1
   reward (two-hot logits), continue logit: what DreamerV3ModelLoss trains;
 - ``model_based_env``: prior + reward head as an imagination env;
 - ``actor`` / ``value`` / ``continuation``: heads on (state, belief);
+  ``model_based_env`` and ``continuation`` read the world model's weights through
+  held-out views (torchrl_ext/held_out.py): the actor loss never trains them;
 - ``policy(explore)``: what the collector and evaluator run on real frames.
 
 V3 specifics: symlog on vector inputs and reconstructions, categorical latents
@@ -60,6 +62,7 @@ from torchrl_ext import (
     PriorTransition,
     ScoreFunctionDreamerEnv,
     TraceableOneHotCategorical,
+    held_out_view,
     split_block_gru_inputs,
 )
 
@@ -199,7 +202,9 @@ def build_models(algo_cfg: DreamerV3Config, env_cfg: EnvConfig, env: EnvBase, de
             TensorDictModule(two_hot, in_keys=["state_value_logits"], out_keys=["state_value"]),
         ),
         continuation=TensorDictSequential(
-            TensorDictModule(modules["continuation"], in_keys=["state", "belief"], out_keys=["continue_logits"]),
+            TensorDictModule(
+                held_out_view(modules["continuation"]), in_keys=["state", "belief"], out_keys=["continue_logits"]
+            ),
             TensorDictModule(nn.Sigmoid(), in_keys=["continue_logits"], out_keys=["continuation"]),
         ),
         modules=modules, obs_key=obs_key, discrete=discrete, action_low=low.to(device), action_high=high.to(device),
@@ -326,11 +331,13 @@ def _imagination_env(modules: nn.ModuleDict, a: DreamerV3Config, env: EnvBase, t
         world_model=WorldModelWrapper(
             # The prior's step with a categorical sampler that stays fast for few classes.
             TensorDictModule(
-                PriorTransition(modules["prior"]), in_keys=["state", "belief", "action"],
+                PriorTransition(held_out_view(modules["prior"])), in_keys=["state", "belief", "action"],
                 out_keys=["_", "state", "belief"],
             ),
             TensorDictSequential(
-                TensorDictModule(modules["reward"], in_keys=["state", "belief"], out_keys=["reward_logits"]),
+                TensorDictModule(
+                    held_out_view(modules["reward"]), in_keys=["state", "belief"], out_keys=["reward_logits"]
+                ),
                 TensorDictModule(two_hot, in_keys=["reward_logits"], out_keys=["reward"]),
             ),
         ),
