@@ -70,6 +70,28 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)"))
         if item.get_closest_marker("mujoco") and _no_mujoco_rendering:
             item.add_marker(pytest.mark.skip(reason=f"needs MuJoCo rendering: {_no_mujoco_rendering}"))
+    items[:] = costliest_modules_first(items)
+
+
+# Rough relative costs of a test by its markers, for ordering modules only.
+TEST_COST = {"e2e": 25.0, "slow": 15.0, None: 0.1}
+
+
+def _test_cost(item) -> float:
+    return next((cost for marker, cost in TEST_COST.items() if marker and item.get_closest_marker(marker)),
+                TEST_COST[None])
+
+
+def costliest_modules_first(items: list) -> list:
+    """``items`` with whole modules ordered by their tests' rough cost, costliest first (each
+    module's tests stay together, in their order). pytest-xdist's loadscope hands each worker
+    one module at a time in this order (pyproject: --no-loadscope-reorder), so the e2e and
+    compiling modules start early and the many cheap ones fill in at the end, instead of
+    one worker finishing alone on a long module."""
+    cost: dict[str, float] = {}
+    for item in items:
+        cost[item.module.__name__] = cost.get(item.module.__name__, 0.0) + _test_cost(item)
+    return sorted(items, key=lambda item: -cost[item.module.__name__])
 
 
 def pytest_collection_finish(session):
