@@ -22,9 +22,15 @@ CRASHY = (*FAST, "checkpoint.every=20", "checkpoint.keep=2", "checkpoint.replay=
 def _kill(proc, when) -> None:
     """Wait for ``when()``, SIGKILL the main process, and check nothing it started outlives it."""
     children: list[int] = []
+    listed_at = [-1.0]
 
     def ready() -> bool:
-        children[:] = sorted(set(children) | set(descendants(proc.pid)))
+        # ``when`` is polled every 2 ms to catch a checkpoint mid-write; listing the process
+        # tree (a scan of /proc) that often would keep a core busy: every 0.1 s is enough
+        # for children that live for seconds.
+        if time.monotonic() - listed_at[0] >= 0.1:
+            children[:] = sorted(set(children) | set(descendants(proc.pid)))
+            listed_at[0] = time.monotonic()
         return when()
 
     wait_for(ready, 180, "the kill point", poll=0.002)
