@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.config.test_up_front_checks import read_only
-from tests.support.processes import FAST, ROOT, dreamer_env, run_dreamer
+from tests.support.processes import FAST, FAST_STATES, ROOT, dreamer_env, run_dreamer
 
 
 def _one_error_line(result: subprocess.CompletedProcess) -> str:
@@ -31,7 +31,7 @@ def _tree(root: Path) -> dict:
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("finished") / "run"
-    result = run_dreamer(*FAST, "train.total_frames=200", "train.train_ratio=8", "eval.openloop=false",
+    result = run_dreamer(*FAST_STATES, "train.total_frames=200", "train.train_ratio=8", "eval.openloop=false",
                          f"hydra.run.dir={run_dir}")  # learning starts at its last batch: 5 updates
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir

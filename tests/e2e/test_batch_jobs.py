@@ -20,6 +20,9 @@ from tests.support.processes import ROOT
 # launchers, signals and requeues; workers under signals are tests/run/test_signals.py's.
 TINY = ["experiment=smoke", "compile=off", "collector.num_workers=0", "threads=1", "train.total_frames=250",
         "eval.video=false", "logger.progress_bar=false", "checkpoint.every=1000"]
+# From Pendulum's state vector where observations do not matter (no rendering, no convolutions);
+# the requeue tests keep the smoke's pixels: their runs must still owe frames when signalled.
+TINY_STATES = [*TINY, "env=pendulum"]
 # A job signalled after its first logged updates (~220 frames) still owes frames to its requeued run.
 REQUEUED_FRAMES = 400
 
@@ -28,7 +31,7 @@ def test_multirun_over_seeds_then_plot_the_runs(tmp_path):
     sweep = tmp_path / "sweep"
     env = {**os.environ, "SDL_VIDEODRIVER": "dummy", "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
-        [sys.executable, "-m", "dreamer", "-m", "seed=0,1", *TINY, f"hydra.sweep.dir={sweep}"],
+        [sys.executable, "-m", "dreamer", "-m", "seed=0,1", *TINY_STATES, f"hydra.sweep.dir={sweep}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -134,7 +137,7 @@ def test_a_two_task_submitit_job_is_one_data_parallel_run(tmp_path):
         env.pop(key, None)
     result = subprocess.run(
         [sys.executable, "-m", "dreamer", "-m", "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2",
-         *TINY, "device=cpu", f"hydra.sweep.dir={sweep}"],
+         *TINY_STATES, "device=cpu", f"hydra.sweep.dir={sweep}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -14,7 +14,7 @@ from dreamer.config import LoggerConfig
 from dreamer.report.logger import SEGMENT_KEY, RunLogger
 from dreamer.report.rewind import scalars
 from dreamer.run import checkpoint as ckpt
-from tests.support.processes import FAST, read_metrics, start
+from tests.support.processes import FAST_STATES, read_metrics, start
 from tests.support.wandb_records import history, offline_runs
 
 
@@ -180,7 +180,7 @@ def test_after_a_crash_past_a_mid_batch_checkpoint_and_a_resume_the_records_agre
     past the checkpoint is still on disk, as a kill -9 leaves it. The resumed run's
     metrics.jsonl and CSVs must hold the same records, none twice."""
     run_dir = tmp_path / "run"
-    first = start(*FAST, "env=pendulum", "train.train_ratio=40", f"hydra.run.dir={run_dir}", "train.total_frames=300",
+    first = start(*FAST_STATES, "train.train_ratio=40", f"hydra.run.dir={run_dir}", "train.total_frames=300",
                   "checkpoint.every=15", "checkpoint.keep=100", "logger.log_every=5", "eval.every=100000")
     _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err[-3000:]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dreamer.run import checkpoint as ckpt
-from tests.support.processes import FAST, read_metrics, start
+from tests.support.processes import FAST_STATES, read_metrics, start
 
 
 @pytest.mark.e2e
@@ -14,7 +14,7 @@ from tests.support.processes import FAST, read_metrics, start
 def test_consecutive_non_finite_updates_stop_the_run_pointing_to_a_clean_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     # Rewards x 1e38 overflow float32 to -inf: every world-model loss is infinite.
-    proc = start(*FAST, f"hydra.run.dir={run_dir}", "algo.reward_scale=1e38",
+    proc = start(*FAST_STATES, f"hydra.run.dir={run_dir}", "algo.reward_scale=1e38",
                  "train.stop_after_nonfinite=5", "train.total_frames=100000")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 2, err[-3000:]

@@ -17,7 +17,7 @@ from dreamer.errors import UserError
 from dreamer.run import checkpoint as ckpt
 from dreamer.run import lock as run_lock
 from tests.support.configs import tiny_config
-from tests.support.processes import FAST, ROOT, has_updates, read_metrics, start, wait_for
+from tests.support.processes import FAST_STATES, ROOT, has_updates, read_metrics, start, wait_for
 
 # A process that holds a run directory's lock until it is killed.
 HOLD = ("import sys, time\nfrom dreamer.run.lock import hold\n"
@@ -161,14 +161,14 @@ def test_a_second_writer_is_refused_and_a_killed_holder_leaves_no_stale_lock(tmp
     hydra.run.dir, or a resume) ends with one line naming the first's pid and host,
     exit 2, and changes nothing there. After kill -9 of the first, a resume succeeds."""
     run_dir = tmp_path / "run"
-    first = start(*FAST, "env=pendulum", f"hydra.run.dir={run_dir}", "train.total_frames=100000",
+    first = start(*FAST_STATES, f"hydra.run.dir={run_dir}", "train.total_frames=100000",
                   "checkpoint.every=20")
     try:
         wait_for(lambda: has_updates(run_dir)() and ckpt.list_checkpoints(run_dir), 240, "a checkpoint and records")
         os.kill(first.pid, signal.SIGSTOP)  # frozen: the directory changes only if the second writer changes it
         before = _snapshot(run_dir)
         for args in ((f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'h'}"),
-                     (*FAST, "env=pendulum", f"hydra.run.dir={run_dir}")):
+                     (*FAST_STATES, f"hydra.run.dir={run_dir}")):
             second = start(*args)
             try:
                 _, err = second.communicate(timeout=120)

@@ -21,8 +21,14 @@ from tests.support.paths import REPO_ROOT as ROOT
 FAST_TRAIN_RATIO = 10
 FAST = ("experiment=smoke", "compile=off", "eval.video=false", "logger.progress_bar=false",
         "collector.num_workers=0", "threads=1", f"train.train_ratio={FAST_TRAIN_RATIO}")
-# As FAST, with one collector worker process: for tests about workers.
-FAST_WITH_WORKER = (*FAST, "collector.num_workers=1")
+# As FAST from Pendulum's state vector: no rendering and no convolutions, about half a FAST
+# run's CPU. For tests whose subject does not depend on what is observed; FAST keeps the
+# smoke's pixels for those that need megabytes of replay (checkpoints caught mid-write, a
+# file-size limit) or a slow evaluation.
+FAST_STATES = (*FAST, "env=pendulum")
+# As FAST_STATES, with one collector worker process: for tests about workers. A later
+# env=... override replaces the pendulum (Hydra: the last override of a group wins).
+FAST_WITH_WORKER = (*FAST_STATES, "collector.num_workers=1")
 
 
 def dreamer_env() -> dict:

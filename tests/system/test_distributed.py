@@ -86,11 +86,12 @@ def test_gradients_are_averaged_across_ranks_even_where_one_has_none():
 @pytest.mark.timeout(600)
 def test_torchrun_two_cpu_ranks_finish_in_lockstep_and_rank0_alone_writes(tmp_path):
     # Each rank gets its own run dir (RANK in the path), so what rank 1 writes can be seen apart.
+    # Pendulum's state vector: what is observed is not this test's subject.
     run_dir, rank1_dir = tmp_path / "run0", tmp_path / "run1"
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-         "-m", "dreamer", "experiment=smoke", "compile=off", "train.total_frames=250", "eval.video=false",
-         "logger.progress_bar=false", f"hydra.run.dir={tmp_path}/run${{oc.env:RANK}}"],
+         "-m", "dreamer", "experiment=smoke", "env=pendulum", "compile=off", "train.total_frames=250",
+         "eval.video=false", "logger.progress_bar=false", f"hydra.run.dir={tmp_path}/run${{oc.env:RANK}}"],
         cwd=ROOT, env={**os.environ, "SDL_VIDEODRIVER": "dummy", "PYTHONPATH": str(ROOT)},
         capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
     )
