@@ -5,8 +5,8 @@ their weights held out of the actor's graph: gradients reach the actor through t
 inputs, never their weights. Upstream's losses hold them out per call with
 ``torchrl.objectives.utils.hold_out_net``, which under ``torch.compile`` swaps every
 weight for a detached copy and back through tensordict calls
-(``TensorDict.from_module(...).data.to_module(...)``); dynamo traces those slowly (in a
-compiled Dreamer V3 update they were about a quarter of the trace time).
+(``TensorDict.from_module(...).data.to_module(...)``), which dynamo traces slowly: a large
+part of tracing a compiled Dreamer update.
 
 :func:`held_out_view` holds a module out once, when the loss is built: the view's
 parameters and buffers are detached tensors over the original's memory. It computes
