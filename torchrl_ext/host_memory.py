@@ -29,7 +29,12 @@ def register_host_memory(address: int, nbytes: int) -> None:
 
 
 def unregister_host_memory(address: int) -> None:
-    """Undo :func:`register_host_memory` (``cudaHostUnregister``)."""
+    """Undo :func:`register_host_memory` (``cudaHostUnregister``). Without a started CUDA
+    runtime nothing was registered with it, and ``cudart()`` would start one: from a
+    finalizer that the garbage collector runs inside torch.cuda's own lazy-init lock (held
+    while ``torch.manual_seed`` queues its CUDA seeding), that waits on itself forever."""
+    if not torch.cuda.is_initialized():
+        return
     torch.cuda.cudart().cudaHostUnregister(address)
 
 

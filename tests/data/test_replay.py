@@ -702,3 +702,32 @@ def test_on_a_gpu_samples_match_upstream_and_sampling_never_syncs():
         assert (got.cpu() == want).all(), seed
         assert torch.equal(doubled.cpu(), want["next", "pixels"].float() * 2)
     assert all(t.is_pinned() for s in staged.staging.slots for t in s.batch.values(True, True))
+
+
+def test_page_locked_memory_freed_after_the_fake_cuda_is_gone_never_waits_on_torch_cuda(monkeypatch):
+    """Pages registered under the stand-in CUDA and freed later by the garbage collector,
+    on a process whose CUDA runtime never started: their finalizer must not start one. The
+    collector may run it inside torch.cuda's lazy-init lock (``torch.manual_seed`` holds it
+    while queueing its CUDA seeding), where starting the runtime waited on itself forever."""
+    import gc
+    import threading
+
+    from tests.support.fake_cuda import FakeCuda
+    from torchrl_ext import host_memory
+
+    if torch.cuda.is_initialized():
+        pytest.skip("this process started CUDA: pages are unregistered for real")
+    with monkeypatch.context() as patch:
+        FakeCuda(patch)
+        pages = host_memory.page_locked_empty(torch.empty(1024))
+    finished = threading.Event()
+
+    def free_inside_the_lock():
+        nonlocal pages
+        with torch.cuda._initialization_lock:
+            del pages
+            gc.collect()
+        finished.set()
+
+    threading.Thread(target=free_inside_the_lock, daemon=True).start()
+    assert finished.wait(timeout=30), "the finalizer waited on torch.cuda's lazy-init lock"
