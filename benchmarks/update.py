@@ -33,7 +33,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 from harness import build, compose, time_calls, write_report
 
 
@@ -66,6 +65,8 @@ def update_flops(learner, batch) -> int:
 def matmul_flops_per_s(n: int = 2048, reps: int = 5) -> float:
     """The best fp32 rate of ``reps`` n x n by n x n matmuls (2 n^3 FLOPs each) after one warm-up, with this
     process's threads: a ceiling for an update's smaller matmuls and convolutions."""
+    import torch
+
     a, b = torch.randn(n, n), torch.randn(n, n)
     a @ b
     best = float("inf")
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=small")
-    parser.add_argument("--threads", type=int, nargs="+", default=[torch.get_num_threads()])
+    parser.add_argument("--threads", type=int, nargs="+", help="intra-op thread counts (default: torch's own)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed updates first (default 3)")
     parser.add_argument("--reps", type=int, default=10, help="timed updates (default 10)")
     parser.add_argument("--compile", action="store_true", help="also time compiled actor/value losses")
@@ -98,10 +99,11 @@ def main(argv: list[str] | None = None) -> int:
                              "the plain timing and --flops (the A/Bs fill their default)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
+    import torch  # after parsing: --help answers without it
 
     results: dict = {"overrides": args.overrides, "threads": {}}
     print(f"{'threads':>7} {'mode':>9} {'s/update':>9} {'updates/s':>10} {'cpu s/update':>13}")
-    for threads in args.threads:
+    for threads in args.threads or [torch.get_num_threads()]:
         torch.set_num_threads(threads)
         row: dict = {}
         modes = ["eager"] + (["compiled"] if args.compile else [])

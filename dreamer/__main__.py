@@ -19,7 +19,6 @@ from dreamer.envs.rendering import missing_gl_library
 from dreamer.errors import UserError
 from dreamer.report.console import VERBOSE_ENV, quiet_logging
 from dreamer.run.stopping import under_requeueing_scheduler
-from dreamer.system import distributed
 
 if TYPE_CHECKING:
     from dreamer.run.result import RunResult
@@ -77,9 +76,12 @@ def main(dict_cfg: DictConfig) -> RunResult:
     verbose = os.environ.get(VERBOSE_ENV) == "1"
     if not verbose:
         quiet_logging()  # Hydra has configured logging for the job by now; before torchrl logs (PyOpenGL)
+    # torch is imported here, not at the top: --cfg and a bad input's one line come back
+    # without paying for it.
     import torch.multiprocessing as mp
     from hydra.core.hydra_config import HydraConfig
 
+    from dreamer.system import distributed
     from torchrl_ext.tensordict_fast_path import install_from_any_fast_path
 
     # Module outputs skip tensordict's per-call package search (torchrl_ext/tensordict_fast_path.py);
