@@ -15,6 +15,7 @@ from tensordict import TensorDict
 
 from dreamer.run.background_compile import BackgroundCompile, compiles_in_background
 from dreamer.system.distributed import Ranks
+from tests.support import paced_env
 from tests.support.configs import tiny_config
 from tests.support.gpu_checks import BACKGROUND_COMPILE_CUDA
 from tests.support.processes import run_dreamer, start, wait_for
@@ -22,10 +23,12 @@ from tests.support.processes import run_dreamer, start, wait_for
 # A tiny run compiled with inductor, as runs are: V1 from states with a 1-step imagination
 # (the fewest C++ kernels a cold compile builds: the child's compile is most of this test's
 # minutes; the switch and the cache hand-over are the same for V3). Its C++ kernels and cache
-# keys depend on the learner's thread count, which is 2 here.
-RUN = ("experiment=smoke", "env=pendulum", "compile.background=true", "compile.backend=inductor",
-       "algo.imagination_horizon=1", "threads=2", "eval.every=100000", "eval.episodes=1", "eval.video=false",
-       "logger.progress_bar=false", "train.total_frames=100000000", "train.max_minutes=13")
+# keys depend on the learner's thread count, which is 2 here. The env is paced and the train
+# ratio low, so the eager updates go on through the compile without taking its cores.
+RUN = ("experiment=smoke", *paced_env.OVERRIDES, "train.train_ratio=8", "compile.background=true",
+       "compile.backend=inductor", "algo.imagination_horizon=1", "threads=2", "eval.every=100000",
+       "eval.episodes=1", "eval.video=false", "logger.progress_bar=false", "train.total_frames=100000000",
+       "train.max_minutes=13")
 
 
 @pytest.mark.e2e

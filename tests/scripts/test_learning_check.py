@@ -12,12 +12,13 @@ import sys
 
 import pytest
 
+from tests.support import paced_env
 from tests.support.paths import REPO_ROOT, SCRIPTS
 from tests.support.scripts import load_script
 
 ROOT = REPO_ROOT
 SCRIPT = ROOT / "scripts" / "learning_check.py"
-BUDGET_MIN = 0.75  # start-up (~10 s, several times that beside a cold compile) and evaluated updates
+BUDGET_MIN = 0.5  # start-up (~10 s, several times that beside a cold compile) and evaluated updates
 
 
 def check(*args: str) -> subprocess.CompletedProcess:
@@ -34,6 +35,8 @@ def test_a_run_stops_at_its_time_budget_and_the_check_judges_its_evals(tmp_path)
         "--episodes", "1", "--out", str(out),
         "--", "compile=off", "eval.video=false", "collector.num_workers=0", "threads=1", "eval.every=5",
         "train.total_frames=100000000",  # only the clock can end this run
+        # Paced: the run waits for its clock mostly asleep, not training flat out beside other tests.
+        *paced_env.OVERRIDES, "train.train_ratio=4",
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     run_dir = out / "seed_0"
