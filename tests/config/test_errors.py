@@ -1,6 +1,6 @@
 """One `error:` line (exit 2) for each mistake a user can make, in-process: the same code
 path `python -m dreamer` takes (preflight -> Hydra composition -> load_config -> build_run,
-inside dreamer.__main__.one_line_on_user_error). tests/test_e2e.py keeps one process per
+inside dreamer.__main__.one_line_on_user_error). tests/e2e/ keeps one process per
 error layer; every other case is here."""
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ def read_only(path: Path):
     (["algo=dreamer_v3", "algo.gamma=1.5"], "algo.gamma=1.5 must be in (0, 1)"),
     (["algo=dreamer_v3", "algo.lmbda=-0.5"], "algo.lmbda=-0.5 must be in [0.0, 1.0]"),
     (["seed=-1"], "seed=-1 must be in [0, 2147483647]"),
+    (["buffer.batch_size=0"], "buffer.batch_size=0 must be > 0"),
     (["env.sticky_action_prob=2"], "env.sticky_action_prob=2.0 must be in [0.0, 1.0]"),
     (["experiment=smoke", "buffer.capacity=50"], "buffer.capacity=50 cannot hold what the first update needs"),
     (["experiment=smoke", "train.total_frames=150"], "train.total_frames=150 ends before learning starts"),

@@ -37,14 +37,12 @@ def finished_run(tmp_path_factory) -> Path:
     return run_dir
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["seed=-1"], "error: seed=-1 must be in [0, 2147483647]"),
-    (["algo=dreamer_v3", "algo.gamma=1"], "error: algo.gamma=1.0 must be in (0, 1)"),
-])
-def test_a_bad_value_stops_before_hydra_writes_anything(overrides, message, tmp_path):
+def test_a_bad_value_stops_before_hydra_writes_anything(tmp_path):
+    """The value checks' layer as its own process; every other bad value takes the same path
+    in-process (tests/config/test_up_front_checks.py)."""
     run_dir = tmp_path / "run"
-    line = _one_error_line(run_dreamer(*overrides, f"hydra.run.dir={run_dir}"))
-    assert line == message
+    line = _one_error_line(run_dreamer("seed=-1", f"hydra.run.dir={run_dir}"))
+    assert line == "error: seed=-1 must be in [0, 2147483647]"
     assert not run_dir.exists()  # no .hydra/, no dreamer.log
 
 

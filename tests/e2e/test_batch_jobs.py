@@ -20,10 +20,9 @@ from tests.support.processes import ROOT
 # launchers, signals and requeues; workers under signals are tests/run/test_signals.py's.
 TINY = ["experiment=smoke", "compile=off", "collector.num_workers=0", "threads=1", "train.total_frames=250",
         "eval.video=false", "logger.progress_bar=false", "checkpoint.every=1000"]
-# From Pendulum's state vector where observations do not matter (no rendering, no convolutions);
-# the requeue tests keep the smoke's pixels: their runs must still owe frames when signalled.
+# From Pendulum's state vector where observations do not matter (no rendering, no convolutions).
 TINY_STATES = [*TINY, "env=pendulum"]
-# A job signalled after its first logged updates (~220 frames) still owes frames to its requeued run.
+# A job signalled after its first logged updates (about 200 frames) still owes frames to its requeued run.
 REQUEUED_FRAMES = 400
 
 
@@ -65,7 +64,7 @@ def test_submitit_local_job_checkpoints_on_sigusr1_requeues_and_resumes(tmp_path
     env = {**os.environ, "SDL_VIDEODRIVER": "dummy", "PYTHONPATH": str(ROOT)}
     launcher = subprocess.Popen(
         [sys.executable, "-m", "dreamer", "-m", "hydra/launcher=submitit_local", "seed=0",
-         *TINY, f"train.total_frames={REQUEUED_FRAMES}", f"hydra.sweep.dir={sweep}"],
+         *TINY_STATES, f"train.total_frames={REQUEUED_FRAMES}", f"hydra.sweep.dir={sweep}"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         stdin=subprocess.DEVNULL,
     )
@@ -101,7 +100,8 @@ def test_sbatch_script_checkpoints_on_usr1_requeues_and_the_requeued_job_resumes
     run_dir = tmp_path / "run"
     env = {**os.environ, "SDL_VIDEODRIVER": "dummy", "PYTHONPATH": str(ROOT), "PYTHON": sys.executable,
            "SLURM_JOB_ID": "4242", "RUN_DIR": str(run_dir), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    command = ["bash", str(ROOT / "scripts" / "sbatch_dreamer.sh"), *TINY, f"train.total_frames={REQUEUED_FRAMES}"]
+    command = ["bash", str(ROOT / "scripts" / "sbatch_dreamer.sh"), *TINY_STATES,
+               f"train.total_frames={REQUEUED_FRAMES}"]
 
     first = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, stdin=subprocess.DEVNULL)

@@ -156,15 +156,14 @@ def test_wandb_run_offline_without_an_account_carries_config_tags_curve_and_vide
 
 
 # One process per error layer, each ending in one `error:` line (exit 2); every other
-# case runs the same code path in-process (tests/test_errors.py).
+# case runs the same code path in-process (tests/config/test_errors.py). The value checks'
+# layer has its process in tests/e2e/test_bad_inputs_up_front.py.
 # (overrides, message)
 BAD_INPUTS = {
     # preflight: Hydra's composition error, caught before Hydra runs
     "unknown preset": (["experiment=nope"],
                        "Could not find 'experiment/nope'; choose experiment= one of: "
                        "atari100k, atari_pong, dmc_cheetah_run,"),
-    # load_config: a value check
-    "zero size": (["buffer.batch_size=0"], "buffer.batch_size=0 must be > 0"),
     # build time: the env factory
     "unknown env": (["env.name=NoSuchEnv-v9"], "unknown gymnasium env 'NoSuchEnv-v9'; available:"),
 }

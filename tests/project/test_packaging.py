@@ -60,7 +60,7 @@ def test_an_installed_wheel_runs_outside_the_checkout(tmp_path):
     job = _run([str(python), "-m", "dreamer", "--cfg", "job", "experiment=smoke"], cwd=elsewhere, env=env).stdout
     assert "experiment: smoke" in job
     run_dir = elsewhere / "run"
-    _run([str(python), "-m", "dreamer", "experiment=smoke", "compile=off", "train.total_frames=200",
+    _run([str(python), "-m", "dreamer", "experiment=smoke", "env=pendulum", "compile=off", "train.total_frames=200",
           "collector.num_workers=0", "threads=1", "eval.video=false", "logger.progress_bar=false",
           f"hydra.run.dir={run_dir}"], cwd=elsewhere, env=env)
     assert json.loads((run_dir / "summary.json").read_text())["frames"] >= 200

@@ -38,6 +38,7 @@ def _whole_updates_on_rank(rank: int, port: int, out) -> None:
         cfg = tiny_config(algo="dreamer_v3")
         a = cfg.algo
         a.num_categoricals, a.num_classes, a.num_bins, a.mlp_layers, a.lr_warmup_steps = 4, 4, 31, 1, 0
+        a.imagination_horizon = 1  # the all-reduce is the subject: the shortest rollout to trace
         c = cfg.compile
         c.enabled, c.backend, c.update, c.warmup_iters = True, "eager", "whole", 1
         cfg = validate(cfg)

@@ -40,10 +40,12 @@ PATCHED = "from tensordict import TensorDictBase; print(hasattr(TensorDictBase._
           "'_returns_tensors_first'))"
 
 
-def _patched_after(code: str) -> bool:
-    out = subprocess.run([sys.executable, "-c", f"{code}; {PATCHED}"], capture_output=True, text=True, timeout=120)
+def _patched_after_each(*steps: str) -> list[bool]:
+    """Whether from_any is patched after each of ``steps``, run in order in one fresh interpreter."""
+    code = "\n".join(f"{step}\n{PATCHED}" for step in steps)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout.strip().splitlines()[-1] == "True"
+    return [line == "True" for line in out.stdout.strip().splitlines()[-len(steps):]]
 
 
 @pytest.mark.slow
@@ -51,8 +53,10 @@ def _patched_after(code: str) -> bool:
 def test_importing_dreamer_patches_nothing_and_the_training_processes_are_patched():
     """User code, tests and scripts that import dreamer get tensordict as shipped; the learner's process
     (the Hydra task, dreamer.__main__.main) and every collector worker (its first call) get the fast path."""
-    assert not _patched_after("import dreamer, dreamer.run.trainer, dreamer.data.collectors")
-    assert _patched_after("from dreamer.data.collectors import _start_worker; _start_worker(None)")
+    assert _patched_after_each(
+        "import dreamer, dreamer.run.trainer, dreamer.data.collectors",
+        "from dreamer.data.collectors import _start_worker; _start_worker(None)",
+    ) == [False, True]
     source = (importlib.util.find_spec("dreamer.__main__").origin)
     main_body = open(source).read().split("def main(", 1)[1].split("\ndef ", 1)[0]
     assert "install_from_any_fast_path()" in main_body
