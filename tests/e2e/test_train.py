@@ -31,7 +31,8 @@ SMOKE = ("experiment=smoke", "compile=off", f"train.train_ratio={FAST_TRAIN_RATI
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("smoke")
-    result = run_dreamer(*SMOKE, f"hydra.run.dir={run_dir}", "logger.progress_bar=false")
+    # A fresh interpreter: the console test below covers what prints while the libraries import.
+    result = run_dreamer(*SMOKE, f"hydra.run.dir={run_dir}", "logger.progress_bar=false", fresh=True)
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir / "console.txt").write_text(result.stdout + result.stderr)
     return run_dir

@@ -35,7 +35,7 @@ RUN = ("experiment=smoke", *paced_env.OVERRIDES, "train.train_ratio=8", "compile
 @pytest.mark.timeout(900)
 def test_learning_starts_at_once_and_the_compiled_losses_take_over_when_the_child_is_done(tmp_path):
     run_dir = tmp_path / "run"
-    run = start(*RUN, f"hydra.run.dir={run_dir}", f"compile.cache_dir={tmp_path / 'inductor'}")
+    run = start(*RUN, f"hydra.run.dir={run_dir}", f"compile.cache_dir={tmp_path / 'inductor'}", fresh=True)
     log = run_dir / "dreamer.log"
     try:
         wait_for(lambda: log.is_file() and "first compiled update" in log.read_text(), 720,

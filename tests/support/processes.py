@@ -12,6 +12,7 @@ from typing import Callable
 
 import psutil
 
+from tests.support.forkserver import ForkedRun, ForkServer
 from tests.support.paths import REPO_ROOT as ROOT
 
 # Small and eager: these tests are about processes and files, not learning. Collected in
@@ -37,19 +38,51 @@ def dreamer_env() -> dict:
     return env
 
 
-def run_dreamer(*overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    """`python -m dreamer OVERRIDES` run to its end, its output captured."""
-    return subprocess.run(
-        [sys.executable, "-m", "dreamer", *overrides],
-        cwd=ROOT, env=dreamer_env(), capture_output=True, text=True, timeout=timeout,
-        stdin=subprocess.DEVNULL,  # a prompt (e.g. a W&B login) must fail, not hang
-    )
+_fork_server: ForkServer | None = None
 
 
-def start(*overrides: str, **popen) -> subprocess.Popen:
-    """`python -m dreamer OVERRIDES` in its own process group (as a shell job would be)."""
+def _forked(overrides: tuple[str, ...], env: dict, fresh: bool) -> ForkServer | None:
+    """The fork server to start this run from (tests/support/forkserver.py), or None for a
+    fresh interpreter: asked for, DREAMER_TESTS_EXEC=1, --verbose (it changes what the
+    libraries are imported with), or an environment the server was not started with."""
+    global _fork_server
+    if fresh or os.environ.get("DREAMER_TESTS_EXEC") == "1" or "--verbose" in overrides:
+        return None
+    if _fork_server is None:
+        _fork_server = ForkServer(env, ROOT)
+    return _fork_server if _fork_server.serves(env, ROOT) else None
+
+
+def run_dreamer(*overrides: str, timeout: int = 600, fresh: bool = False) -> subprocess.CompletedProcess:
+    """`python -m dreamer OVERRIDES` run to its end, its output captured. ``fresh``: in a new
+    interpreter (for tests of what a run prints while its libraries import)."""
+    env = dreamer_env()
+    server = _forked(overrides, env, fresh)
+    if server is None:
+        return subprocess.run(
+            [sys.executable, "-m", "dreamer", *overrides],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+            stdin=subprocess.DEVNULL,  # a prompt (e.g. a W&B login) must fail, not hang
+        )
+    run = server.start(list(overrides), env, new_session=False)
+    try:
+        out, err = run.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        run.wait()
+        raise
+    return subprocess.CompletedProcess(run.args, run.returncode, out, err)
+
+
+def start(*overrides: str, fresh: bool = False, **popen) -> subprocess.Popen | ForkedRun:
+    """`python -m dreamer OVERRIDES` in its own process group (as a shell job would be);
+    ``fresh`` as for run_dreamer. Popen arguments (``preexec_fn``...) start a fresh interpreter."""
+    env = dreamer_env()
+    server = _forked(overrides, env, fresh or bool(popen))
+    if server is not None:
+        return server.start(list(overrides), env, new_session=True)
     return subprocess.Popen(
-        [sys.executable, "-m", "dreamer", *overrides], cwd=ROOT, env=dreamer_env(),
+        [sys.executable, "-m", "dreamer", *overrides], cwd=ROOT, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
         start_new_session=True, **popen,
     )
