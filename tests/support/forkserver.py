@@ -247,9 +247,10 @@ class ForkServer:
 
     def serves(self, env: dict, cwd: Path) -> bool:
         """Whether a run with ``env`` in ``cwd`` may be forked from here: the libraries were
-        imported with the same environment (but for pytest's name of the current test)."""
+        imported with the same environment, but for what none of them reads (pytest's name of
+        the current test; W&B's, which an in-process W&B test leaves behind)."""
         def imported_with(e: dict) -> dict:
-            return {k: v for k, v in e.items() if k != "PYTEST_CURRENT_TEST"}
+            return {k: v for k, v in e.items() if k != "PYTEST_CURRENT_TEST" and not k.startswith("WANDB_")}
 
         return self.process.poll() is None and imported_with(env) == imported_with(self.env) and str(cwd) == self.cwd
 
