@@ -1,8 +1,8 @@
 """`python -m dreamer` forked from a process that has imported torch, tensordict and torchrl.
 
 Every run an e2e test starts would otherwise spend its first CPU-seconds importing the
-same libraries (torch, tensordict with torch._dynamo, torchrl: about a third of a short
-run's CPU). A server process per pytest process imports them once, with the environment
+same libraries (torch, tensordict with torch._dynamo, torchrl: a large share of a short
+run, docs/PERFORMANCE.md). A server process per pytest process imports them once, with the environment
 the runs get, and forks a child per run. The child is a run as ``python -m dreamer``
 starts it from there on: a new session if asked, the caller's pipes as its stdio, its
 environment, ``runpy`` running ``dreamer`` as ``__main__``, and the interpreter's exit
@@ -121,7 +121,7 @@ def _become_run(request: dict, fds: list[int], ready: int) -> None:
         except KeyboardInterrupt:
             _finish()
             signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)  # as the interpreter ends on an uncaught Ctrl-C
+            os.kill(os.getpid(), signal.SIGINT)  # dies by it, as the interpreter does on an uncaught Ctrl-C
         except BaseException:
             sys.excepthook(*sys.exc_info())
             code = 1

@@ -16,9 +16,8 @@ from gymnasium.envs.classic_control.pendulum import PendulumEnv
 
 ENV_ID = "PacedPendulum-v1"
 STEP_S = 0.02
-IMPORT = f"env.import={__name__}"
 # env=pendulum's state vector and action repeat, collected at the pace above.
-OVERRIDES = ("env=pendulum", f"env.name={ENV_ID}", IMPORT)
+OVERRIDES = ("env=pendulum", f"env.name={ENV_ID}", f"env.import={__name__}")
 
 
 class PacedPendulum(PendulumEnv):
