@@ -221,7 +221,8 @@ def build_ours(spec: dict) -> Built:
     warmup_s = None
     if cfg.compile.enabled:
         compile_cache.use_cache_dir(cfg.compile)
-        learner.compile()
+    learner.compile()  # as the app does with compile off too: compile.update=captured captures the eager update
+    if cfg.compile.enabled:
         warmup_s = learner.warmup(replay.sample())
     sync = torch.cuda.synchronize if learner.device.type == "cuda" else (lambda: None)
     return Built(learner.update, replay.sample, params, warmup_s, sync)

@@ -4,11 +4,13 @@
     python benchmarks/update_paths.py experiment=gym_state --rounds 3 --json paths.json
     python benchmarks/update_paths.py experiment=small --paths eager card whole --threads 2
     python benchmarks/update_paths.py experiment=dmc_vision --device cuda --paths card captured
+    python benchmarks/update_paths.py experiment=gym_state --device cuda --paths eager captured_eager
 
 Paths: ``eager`` (compile.enabled=false), ``card`` (the as-shipped compiled path:
 world model eager, actor/value losses and V3's RSSM step compiled), ``whole``
 (the whole update as one torch.compile graph), ``captured`` (CUDA: the whole
-update replayed from a CUDA graph). Every round runs each path once, in a fresh
+update replayed from a CUDA graph), ``captured_eager`` (CUDA: the eager update
+body captured, compile.enabled=false: no compile warm-up). Every round runs each path once, in a fresh
 process (a compiled function is never shared across processes), in the order
 given, so a box slowing down or speeding up meets every path alike. A process
 builds the preset's models and learner on ``--device``, fills a replay buffer
@@ -35,12 +37,14 @@ from pathlib import Path
 
 from harness import build, compose, time_calls, write_report
 
-PATHS = ("eager", "card", "whole", "captured")
+PATHS = ("eager", "card", "whole", "captured", "captured_eager")
 
 
 def path_overrides(path: str) -> list[str]:
     if path == "eager":
         return ["compile.enabled=false", "compile.update=card"]
+    if path == "captured_eager":
+        return ["compile.enabled=false", "compile.update=captured"]
     return ["compile.enabled=true", f"compile.update={path}", "compile.background=false"]
 
 
@@ -61,7 +65,7 @@ def child(path: str, overrides: list[str], device: str, threads: int | None, war
     compile_s = time.perf_counter() - start
     timed = time_calls(learner.update, replay.sample, warmup, reps, sync)
     learner.flush_metrics()
-    return {"path": learner.update_path if path != "eager" else "eager", "compile_s": compile_s,
+    return {"path": path, "compile_s": compile_s,
             "wall_s": timed["wall_s"], "cpu_s": timed["cpu_s"], "threads": torch.get_num_threads()}
 
 

@@ -60,28 +60,28 @@ class SkippableDreamerV3Optimizer(DreamerV3Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self._step_groups()
+        self._step_groups(self.found_inf)
         return loss
 
     @torch.no_grad()
     def masked_step(self, found_inf: torch.Tensor | None) -> None:
-        """``found_inf`` set, then ``step()``, without torch.optim's step hooks and their
-        profiler range (which ``torch.compile`` drops with a warning)."""
-        self.found_inf = found_inf
-        self._step_groups()
+        """``step()`` reading ``found_inf`` from its argument, without torch.optim's step
+        hooks and their profiler range (which ``torch.compile`` drops with a warning).
+        Nothing is stored on the optimiser: an attribute written inside a traced update
+        is a side effect some dynamo versions refuse on an optimiser."""
+        self._step_groups(found_inf)
 
-    def _step_groups(self) -> None:
+    def _step_groups(self, found_inf: torch.Tensor | None) -> None:
         if not any(p.grad is not None for group in self.param_groups for p in group["params"]):
             raise RuntimeError("DreamerV3 optimizer received no parameter gradients.")
         for group in self.param_groups:
             parameters = [p for p in group["params"] if p.grad is not None]
             if not parameters:
                 continue
-            self._step_group(group, parameters)
+            self._step_group(group, parameters, found_inf)
 
-    def _step_group(self, group: dict, parameters: list[torch.Tensor]) -> None:
+    def _step_group(self, group: dict, parameters: list[torch.Tensor], found_inf: torch.Tensor | None) -> None:
         device = parameters[0].device
-        found_inf = self.found_inf
         skip = None if found_inf is None else found_inf.to(device=device, dtype=torch.bool).reshape(())
         step = group["step"]
         if skip is None:

@@ -236,8 +236,20 @@ class BaseLearner(abc.ABC):
         if self.compile_cfg.enabled:
             body = self._whole_update = compile_whole_update(self._update_body, self.compile_cfg)
         if self.update_path == "captured":
+            self._match_capturable()
             body = CapturedStep(body, warmup=max(1, self.compile_cfg.warmup_iters), device=self.device)
         self._run_update = body
+
+    def _match_capturable(self) -> None:
+        """torch.optim refuses to step inside a CUDA graph capture unless the optimiser says
+        ``capturable`` (fused Adam keeps its step counts on the device already). Set on the
+        captured path, again after loading a checkpoint (its param groups say what the
+        writing run's path was)."""
+        capturable = self.update_path == "captured"
+        for optimizer in self.optimizers.values():
+            for group in optimizer.param_groups:
+                if "capturable" in group:
+                    group["capturable"] = capturable
 
     @contextlib.contextmanager
     def _eager_losses(self):
@@ -415,6 +427,7 @@ class BaseLearner(abc.ABC):
             o.load_state_dict(state["optimizers"][k])
         self._load_extra_state(state)
         self._check_held_out_views()
+        self._match_capturable()
         if self._run_update is not self._update_body:
             # A compiled whole update traced with every parameter's optimiser state in
             # place (a checkpoint from before some first step lacks some). Loaded state

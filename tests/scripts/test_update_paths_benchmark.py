@@ -20,7 +20,7 @@ def load():
 
 def test_help_names_every_path():
     out = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, check=True).stdout
-    for path in ("eager", "card", "whole", "captured"):
+    for path in ("eager", "card", "whole", "captured", "captured_eager"):
         assert path in out
 
 
@@ -42,3 +42,5 @@ def test_each_path_is_the_config_it_names():
     assert bench.path_overrides("eager") == ["compile.enabled=false", "compile.update=card"]
     assert "compile.update=whole" in bench.path_overrides("whole")
     assert "compile.background=false" in bench.path_overrides("captured")
+    captured_eager = bench.compose(bench.path_overrides("captured_eager") + ["device=cuda"])
+    assert not captured_eager.compile.enabled and captured_eager.compile.update == "captured"

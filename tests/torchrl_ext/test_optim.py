@@ -78,3 +78,19 @@ def test_a_step_with_no_gradients_is_an_error_as_upstream():
     mine = SkippableDreamerV3Optimizer([torch.nn.Parameter(torch.ones(2))], **SETTINGS)
     with pytest.raises(RuntimeError, match="no parameter gradients"):
         mine.step()
+
+
+def test_a_masked_step_leaves_no_flag_for_the_next_plain_step():
+    """masked_step reads its flag from the argument: a skipped masked step must not make
+    a later step() (found_inf left None) skip too, and nothing is written on the optimiser
+    (a traced update must not mutate it)."""
+    ours, upstream = _twins()
+    mine, theirs = SkippableDreamerV3Optimizer(ours, **SETTINGS), DreamerV3Optimizer(upstream, **SETTINGS)
+    _set_grads(ours, [torch.full(s, float("nan")) for s in SHAPES])
+    mine.masked_step(torch.tensor(1.0))
+    assert mine.found_inf is None
+    grads = [torch.randn(s) for s in SHAPES]
+    _set_grads(ours, grads), _set_grads(upstream, grads)
+    mine.step(), theirs.step()
+    for p, q in zip(ours, upstream):
+        torch.testing.assert_close(p, q)
