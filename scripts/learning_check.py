@@ -255,18 +255,24 @@ def missing(run_dir: Path, why: str) -> SeedResult:
 def launch(overrides: list[str], minutes: float, run_dir: Path) -> tuple[int, float]:
     """``python -m dreamer`` in its own process, its output in RUN_DIR.log; returns
     (exit status, wall minutes). A run past its budget plus GRACE_S is killed (status -9)."""
-    command = [sys.executable, "-m", "dreamer", *overrides, f"hydra.run.dir={run_dir}", *LAUNCH_OVERRIDES]
-    print("$ " + " ".join(command[1:]), flush=True)
+    args = ["-m", "dreamer", *overrides, f"hydra.run.dir={run_dir}", *LAUNCH_OVERRIDES]
+    print("$ " + " ".join(args), flush=True)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    with open(run_dir.parent / f"{run_dir.name}.log", "w") as log:
-        try:
-            status = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, timeout=60 * minutes + GRACE_S,
-                                    env={**os.environ, "SDL_VIDEODRIVER": "dummy"}).returncode
-        except subprocess.TimeoutExpired:
-            status = -9
+    status = run_python(args, run_dir.parent / f"{run_dir.name}.log", 60 * minutes + GRACE_S)
     return status, (time.perf_counter() - start) / 60.0
+
+
+def run_python(args: list[str], log_path: Path, timeout_s: float) -> int:
+    """``python ARGS`` from the repository, its output into ``log_path``; its exit status,
+    -9 when it was killed past ``timeout_s``. (The test suite starts these runs its own way.)"""
+    with open(log_path, "w") as log:
+        try:
+            return subprocess.run([sys.executable, *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, timeout=timeout_s,
+                                  env={**os.environ, "SDL_VIDEODRIVER": "dummy"}).returncode
+        except subprocess.TimeoutExpired:
+            return -9
 
 
 def run_overrides(experiment: str, seed: int, minutes: float, episodes: int, extra: list[str]) -> list[str]:

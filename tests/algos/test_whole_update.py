@@ -28,10 +28,10 @@ from tests.support.configs import tiny_config
 from tests.support.spies import HOST_TRANSFERS, CallCounter, spy_tensor_methods
 
 CPU = torch.device("cpu")
-# (discrete actions, pixels): a continuous and a discrete actor from states, and pixels.
-# The continuous actor on pixels, the discrete one on states: between them every part a
-# continuous-states task would trace (each task costs a whole-update trace).
-TASKS = {"discrete-states": (True, False), "continuous-pixels": (False, True)}
+# (discrete actions, pixels). Each task costs a whole-update trace: the discrete actor on
+# pixels (its one-hot sample, the image encoder and decoder) here; the continuous actor from
+# states is traced by tests/system/test_distributed_whole_update.py, on two ranks.
+TASKS = {"discrete-pixels": (True, True)}
 UPDATES = 3
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread

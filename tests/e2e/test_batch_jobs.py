@@ -13,7 +13,7 @@ import time
 
 import psutil
 
-from tests.support.processes import ROOT
+from tests.support.processes import ROOT, run_dreamer
 
 # Collected in the learner's process (no worker to spawn; one learner thread, as beside a
 # worker: two OpenMP threads on a busy 2-core box wait on each other): these tests are about
@@ -29,10 +29,7 @@ REQUEUED_FRAMES = 400
 def test_multirun_over_seeds_then_plot_the_runs(tmp_path):
     sweep = tmp_path / "sweep"
     env = {**os.environ, "SDL_VIDEODRIVER": "dummy", "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        [sys.executable, "-m", "dreamer", "-m", "seed=0,1", *TINY_STATES, f"hydra.sweep.dir={sweep}"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-    )
+    result = run_dreamer("-m", "seed=0,1", *TINY_STATES, f"hydra.sweep.dir={sweep}")
     assert result.returncode == 0, result.stderr[-3000:]
     for job, seed in (("0", 0), ("1", 1)):
         assert json.loads((sweep / job / "config.json").read_text())["seed"] == seed

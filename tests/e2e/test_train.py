@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
-import sys
 from pathlib import Path
 
 import imageio
 import pytest
 
 from tests.support import wandb_records
-from tests.support.processes import FAST_TRAIN_RATIO, ROOT, read_metrics, run_dreamer
+from tests.support.processes import FAST_TRAIN_RATIO, read_metrics, run_dreamer
 
 SUMMARY_KEYS = {
     "frames", "updates", "wall_s", "updates_per_s", "frames_per_s", "eval_return_mean",
@@ -118,11 +116,8 @@ def test_wandb_run_offline_without_an_account_carries_config_tags_curve_and_vide
                  "logger.group=ci-group", "logger.tags=[ci-tag]", "algo.imagination_horizon=4"]
 
     def dreamer_offline(*more: str) -> None:
-        result = subprocess.run(
-            [sys.executable, "-m", "dreamer", *overrides, *more],
-            cwd=ROOT, env={**env_without_key, "SDL_VIDEODRIVER": "dummy", "HOME": str(tmp_path)},
-            capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, check=False,
-        )
+        result = run_dreamer(*overrides, *more, env={**env_without_key, "SDL_VIDEODRIVER": "dummy",
+                                                      "HOME": str(tmp_path)})
         assert result.returncode == 0, result.stderr[-3000:]
 
     dreamer_offline("train.total_frames=300", f"hydra.run.dir={run_dir}")
@@ -174,12 +169,7 @@ BAD_INPUTS = {
 def test_bad_input_is_one_clear_line(case, tmp_path):
     overrides, message = BAD_INPUTS[case]
     overrides = [*overrides, f"hydra.run.dir={tmp_path / 'run'}"]
-    env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
-    env.pop("HYDRA_FULL_ERROR", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "dreamer", *overrides], cwd=ROOT, env=env, capture_output=True,
-        text=True, timeout=300, stdin=subprocess.DEVNULL,
-    )
+    result = run_dreamer(*overrides, timeout=300)
     assert result.returncode == 2, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines and lines[-1].startswith("error: ") and message in lines[-1], lines[-1:]

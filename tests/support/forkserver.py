@@ -29,6 +29,9 @@ import threading
 import time
 from pathlib import Path
 
+# Environment variables the preloaded libraries do not read at import: runs that differ in them are forked.
+RUN_TIME_VARIABLES = ("PYTEST_CURRENT_TEST", "HOME")
+RUN_TIME_PREFIXES = ("WANDB_", "PROF_")
 PRELOAD = ("torch", "tensordict", "torchrl", "torchrl.collectors", "torchrl.data", "torchrl.envs", "torchrl.modules",
            "torchrl.objectives", "hydra", "omegaconf")
 
@@ -247,10 +250,12 @@ class ForkServer:
 
     def serves(self, env: dict, cwd: Path) -> bool:
         """Whether a run with ``env`` in ``cwd`` may be forked from here: the libraries were
-        imported with the same environment, but for what none of them reads (pytest's name of
-        the current test; W&B's, which an in-process W&B test leaves behind)."""
+        imported with the same environment, but for what none of them reads while importing
+        (the run gets its own environment): pytest's name of the current test, HOME, W&B's
+        variables (read when a run starts W&B; an in-process W&B test leaves some behind) and
+        our profiler's (read when a run starts)."""
         def imported_with(e: dict) -> dict:
-            return {k: v for k, v in e.items() if k != "PYTEST_CURRENT_TEST" and not k.startswith("WANDB_")}
+            return {k: v for k, v in e.items() if k not in RUN_TIME_VARIABLES and not k.startswith(RUN_TIME_PREFIXES)}
 
         return self.process.poll() is None and imported_with(env) == imported_with(self.env) and str(cwd) == self.cwd
 

@@ -53,10 +53,12 @@ def _forked(overrides: tuple[str, ...], env: dict, fresh: bool) -> ForkServer | 
     return _fork_server if _fork_server.serves(env, ROOT) else None
 
 
-def run_dreamer(*overrides: str, timeout: int = 600, fresh: bool = False) -> subprocess.CompletedProcess:
+def run_dreamer(*overrides: str, timeout: float = 600, fresh: bool = False,
+                env: dict | None = None) -> subprocess.CompletedProcess:
     """`python -m dreamer OVERRIDES` run to its end, its output captured. ``fresh``: in a new
-    interpreter (for tests of what a run prints while its libraries import)."""
-    env = dreamer_env()
+    interpreter (for tests of what a run prints while its libraries import); ``env``: its
+    environment (default: dreamer_env())."""
+    env = dreamer_env() if env is None else env
     server = _forked(overrides, env, fresh)
     if server is None:
         return subprocess.run(
@@ -72,6 +74,19 @@ def run_dreamer(*overrides: str, timeout: int = 600, fresh: bool = False) -> sub
         run.wait()
         raise
     return subprocess.CompletedProcess(run.args, run.returncode, out, err)
+
+
+def run_dreamer_into_log(args: list[str], log_path: Path, timeout_s: float) -> int:
+    """What scripts that start runs (learning_check.py's ``run_python``) do, for their tests:
+    ``python -m dreamer`` run to its end (forked as run_dreamer forks), its output (stdout,
+    then stderr) written to ``log_path``; its exit status, -9 past ``timeout_s``."""
+    assert args[:2] == ["-m", "dreamer"], args
+    try:
+        done = run_dreamer(*args[2:], timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return -9
+    log_path.write_text(done.stdout + done.stderr)
+    return done.returncode
 
 
 def start(*overrides: str, fresh: bool = False, **popen) -> subprocess.Popen | ForkedRun:

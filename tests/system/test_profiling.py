@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from dreamer.config import load_config, profiling_from_env
 from dreamer.errors import UserError
 from dreamer.system.profiling import merge_traces
-from tests.support.paths import REPO_ROOT, SCRIPTS
+from tests.support.paths import SCRIPTS
+from tests.support.processes import dreamer_env, run_dreamer
 from tests.support.scripts import load_script
 
 REQUIRED_RANGES = {
@@ -78,14 +76,11 @@ def test_merge_gives_each_source_its_own_rows_on_one_clock(tmp_path):
 @pytest.mark.timeout(600)
 def test_profiled_run_writes_one_merged_trace_with_every_named_range(tmp_path):
     traces = tmp_path / "traces"
-    env = {**os.environ, "SDL_VIDEODRIVER": "dummy", "PROF_ENABLED": "1",
+    env = {**dreamer_env(), "PROF_ENABLED": "1",
            # 25 updates per collector batch here: the window spans a batch write.
            "PROF_ITERATIONS": "10-40", "PROF_OUTPUT_DIR": str(traces), "PROF_MODE": "lite"}
-    result = subprocess.run(
-        [sys.executable, "-m", "dreamer", "experiment=smoke", "env=pendulum", "compile=off", "train.total_frames=300",
-         "eval.video=false", f"hydra.run.dir={tmp_path / 'run'}", "logger.progress_bar=false"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-    )
+    result = run_dreamer("experiment=smoke", "env=pendulum", "compile=off", "train.total_frames=300",
+                         "eval.video=false", f"hydra.run.dir={tmp_path / 'run'}", "logger.progress_bar=false", env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = load_script(SCRIPTS / "analyze_trace.py").summarize(traces / "merged_trace.json")
     rows = set(summary.processes.values())
