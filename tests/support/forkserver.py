@@ -33,7 +33,10 @@ from pathlib import Path
 RUN_TIME_VARIABLES = ("PYTEST_CURRENT_TEST", "HOME")
 RUN_TIME_PREFIXES = ("WANDB_", "PROF_")
 PRELOAD = ("torch", "tensordict", "torchrl", "torchrl.collectors", "torchrl.data", "torchrl.envs", "torchrl.modules",
-           "torchrl.objectives", "hydra", "omegaconf")
+           "torchrl.objectives", "hydra", "omegaconf",
+           # Ours: importing them only defines things (none reads the environment) and the
+           # server runs nothing, so every forked run finds them as a fresh run would.
+           "dreamer.run.trainer", "dreamer.run.build")
 
 
 # -- the server (its own process) --------------------------------------------------------------------------
@@ -44,6 +47,10 @@ def _serve(path: str) -> None:
     quiet_libraries(os.environ)  # what `python -m dreamer` does before it imports anything heavy
     for name in PRELOAD:
         __import__(name)
+    import matplotlib
+
+    matplotlib.use("Agg")  # as dreamer.report.plots selects it
+    import matplotlib.pyplot  # noqa: F401  every run draws its learning curve at its end
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -251,9 +258,10 @@ class ForkServer:
     def serves(self, env: dict, cwd: Path) -> bool:
         """Whether a run with ``env`` in ``cwd`` may be forked from here: the libraries were
         imported with the same environment, but for what none of them reads while importing
-        (the run gets its own environment): pytest's name of the current test, HOME, W&B's
-        variables (read when a run starts W&B; an in-process W&B test leaves some behind) and
-        our profiler's (read when a run starts)."""
+        (the run gets its own environment): pytest's name of the current test, HOME (only
+        matplotlib reads it then, to find its font cache), W&B's variables (read when a run
+        starts W&B; an in-process W&B test leaves some behind) and our profiler's (read when
+        a run starts)."""
         def imported_with(e: dict) -> dict:
             return {k: v for k, v in e.items() if k not in RUN_TIME_VARIABLES and not k.startswith(RUN_TIME_PREFIXES)}
 
