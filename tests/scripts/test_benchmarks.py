@@ -6,8 +6,6 @@ config key not in the schema yet are skipped with a line instead of failing."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -19,17 +17,21 @@ TINY_PEERS = ("--configs", "pendulum", "--rounds", "1", "--reps", "1", "--warmup
               "algo.rssm_hidden_dim=16")
 
 
-def _run(script: str, *args: str, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+def _run(script: str, *args: str, capsys) -> tuple[int, str, str]:
+    """The benchmark's main(ARGS) in this process (it has torch imported already; the sides
+    it starts are processes of their own): (exit status, stdout, stderr)."""
+    status = load_script(BENCHMARKS / script).main(list(args))
+    out, err = capsys.readouterr()
+    return status, out, err
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_peers_times_torchrls_stepper_beside_ours_with_the_same_parameters(tmp_path):
+def test_peers_times_torchrls_stepper_beside_ours_with_the_same_parameters(tmp_path, capsys):
     out = tmp_path / "peers.json"
-    result = _run("peers.py", *TINY_PEERS, "--sides", "ours_eager", "torchrl_eager", "--json", str(out), timeout=580)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    status, stdout, stderr = _run("peers.py", *TINY_PEERS, "--sides", "ours_eager", "torchrl_eager", "--json", str(out),
+                                  capsys=capsys)
+    assert status == 0, stdout[-3000:] + stderr[-3000:]
     report = json.loads(out.read_text())
     for config in ("pendulum", "size1m"):
         for variant in ("", "_eager", "_compiled", "_whole"):
@@ -53,7 +55,7 @@ def test_peers_times_torchrls_stepper_beside_ours_with_the_same_parameters(tmp_p
         for variant in ("", "_eager", "_compiled"):
             assert f"speedup_vs_sheeprl_{config}{variant}" in report
     assert report["speedup_vs_sheeprl_pendulum"] is None and pendulum["sheeprl_s"] is None
-    assert "algo.per_rank_sequence_length=4" in result.stdout and "algo.horizon=2" in result.stdout
+    assert "algo.per_rank_sequence_length=4" in stdout and "algo.horizon=2" in stdout
 
 
 def test_an_update_path_the_schema_lacks_is_skipped_with_a_reason(monkeypatch):
@@ -70,17 +72,17 @@ def test_an_update_path_the_schema_lacks_is_skipped_with_a_reason(monkeypatch):
     assert harness.update_path_overrides("captured") == ([f"{harness.UPDATE_PATH_KEY}=captured"], None)
 
 
-def test_gpu_bench_without_cuda_says_to_use_cpu_and_exits_2():
-    result = _run("gpu_bench.py", timeout=120)
-    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
-    lines = result.stderr.strip().splitlines()
+def test_gpu_bench_without_cuda_says_to_use_cpu_and_exits_2(capsys):
+    status, stdout, stderr = _run("gpu_bench.py", capsys=capsys)
+    assert status == 2, stdout[-2000:] + stderr[-2000:]
+    lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "--cpu" in lines[0]
 
 
-def test_gpu_bench_skips_what_its_budget_cannot_fit_and_says_so(tmp_path):
+def test_gpu_bench_skips_what_its_budget_cannot_fit_and_says_so(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    result = _run("gpu_bench.py", "--cpu", "--budget-s", "0", "--json", str(out), timeout=120)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    status, stdout, stderr = _run("gpu_bench.py", "--cpu", "--budget-s", "0", "--json", str(out), capsys=capsys)
+    assert status == 0, stdout[-2000:] + stderr[-2000:]
     report = json.loads(out.read_text())
     assert report["sizes"] == {} and report["first_update_s_tiny_states"] is None
     assert any(s.startswith("tiny_states: ") and "--budget-s" in s for s in report["skips"])
@@ -89,12 +91,12 @@ def test_gpu_bench_skips_what_its_budget_cannot_fit_and_says_so(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_gpu_bench_cpu_mode_runs_every_cpu_side_and_gives_every_skip_a_reason(tmp_path):
+def test_gpu_bench_cpu_mode_runs_every_cpu_side_and_gives_every_skip_a_reason(tmp_path, capsys):
     """One size (where the JAX and sheeprl sides would run): the pixel size only changes the preset's env."""
     out = tmp_path / "bench.json"
-    result = _run("gpu_bench.py", "--cpu", "--sizes", "tiny_states", "--rounds", "1", "--reps", "1", "--warmup", "0",
-                  "--budget-s", "840", "--json", str(out), timeout=880)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    status, stdout, stderr = _run("gpu_bench.py", "--cpu", "--sizes", "tiny_states", "--rounds", "1", "--reps", "1",
+                                  "--warmup", "0", "--budget-s", "840", "--json", str(out), capsys=capsys)
+    assert status == 0, stdout[-3000:] + stderr[-3000:]
     report = json.loads(out.read_text())
     assert list(report["sizes"]) == ["tiny_states"]
     for size in ("tiny_states",):
