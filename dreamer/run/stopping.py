@@ -44,6 +44,20 @@ REASONS = (None, "max_minutes", "signal")
 RANK_VOTE_EVERY = 10
 
 
+# A stop signal that lands in a finalizer interrupts the work after this much more CPU time
+# (Stopper._interrupt).
+RETRY_INTERRUPT_S = 0.05
+
+
+def _in_finalizer(frame) -> bool:
+    """Whether ``frame`` runs inside a ``__del__`` (anywhere up its stack)."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def under_requeueing_scheduler(environ: Mapping[str, str]) -> bool:
     """A SLURM job, or the requeueing launcher: a stop then means checkpoint and requeue."""
     return "SLURM_JOB_ID" in environ or environ.get(REQUEUE_ENV) == "1"
@@ -94,9 +108,21 @@ class Stopper:
             kill_children()
             os._exit(FORCED_EXIT_CODE)
         self.request(signal.Signals(signum).name)
-        if self._interruptible:
-            self._interruptible = False  # raised once: the caller's cleanup runs uninterrupted
-            raise StopRequested(self.requested)
+        self._interrupt(frame)
+
+    def _interrupt(self, frame) -> None:
+        """Raise StopRequested in ``frame`` (where the main thread was) inside interruptible().
+        Not inside a finalizer (a ``__del__`` the garbage collector runs in the middle of any
+        work): Python ignores what one raises, so the stop would be lost; the raise is tried
+        again after a moment of the process's CPU time (SIGVTALRM: SIGALRM's real-time timer
+        may be someone else's, pytest-timeout's say), wherever the work has moved on to."""
+        if not self._interruptible:
+            return
+        if _in_finalizer(frame):
+            signal.setitimer(signal.ITIMER_VIRTUAL, RETRY_INTERRUPT_S)
+            return
+        self._interruptible = False  # raised once: the caller's cleanup runs uninterrupted
+        raise StopRequested(self.requested)
 
     @contextlib.contextmanager
     def interruptible(self):
@@ -107,6 +133,7 @@ class Stopper:
         if self.vote is not None:
             yield
             return
+        previous_alarm = signal.signal(signal.SIGVTALRM, lambda signum, frame: self._interrupt(frame))
         self._interruptible = True
         try:
             if self.requested is not None:  # asked before: set first, so no signal slips between
@@ -114,6 +141,8 @@ class Stopper:
             yield
         finally:
             self._interruptible = False
+            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+            signal.signal(signal.SIGVTALRM, previous_alarm)
 
     def request(self, name: str) -> None:
         """Ask to stop (what a signal does; also callable directly)."""

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
-from dreamer.run.stopping import STOP_SIGNALS, Stopper, under_requeueing_scheduler
+from dreamer.run.stopping import STOP_SIGNALS, Stopper, StopRequested, under_requeueing_scheduler
 from tests.support.gpu_checks import RANK_VOTE_NO_HOST_TRANSFER
 
 
@@ -163,3 +164,27 @@ def test_slurm_jobs_and_the_requeueing_launcher_are_requeueing_schedulers():
     assert not under_requeueing_scheduler({})
     assert under_requeueing_scheduler({"SLURM_JOB_ID": "4242"})
     assert under_requeueing_scheduler({"DREAMER_REQUEUE": "1"})
+
+
+class _SignalledWhileFinalized:
+    """Sends SIGTERM from its finalizer: the handler then runs inside a ``__del__``, as when the
+    garbage collector finalizes something (a TorchRL env) just as a stop signal arrives."""
+
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_stop_signal_landing_in_a_finalizer_still_interrupts_the_work(capsys):
+    stopper = Stopper().install()
+    alarm = signal.getsignal(signal.SIGVTALRM)
+    try:
+        with pytest.raises(StopRequested):
+            with stopper.interruptible():
+                _SignalledWhileFinalized()  # finalized at once: the signal lands in its __del__
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:  # long CPU-bound work with no poll point
+                    pass
+    finally:
+        stopper.uninstall()
+    assert stopper.requested == "SIGTERM" and signal.getsignal(signal.SIGVTALRM) is alarm
+    assert "Traceback" not in capsys.readouterr().err
