@@ -218,12 +218,10 @@ def build_ours(spec: dict) -> Built:
     learner, replay = build(cfg, spec.get("fill_steps"), spec.get("random_actions", False))
     modules = learner.models.modules
     params = {row: count_params(*(modules[k] for k in keys)) for row, keys in PARAM_ROWS.items()}
-    warmup_s = None
     if cfg.compile.enabled:
         compile_cache.use_cache_dir(cfg.compile)
     learner.compile()  # as the app does with compile off too: compile.update=captured captures the eager update
-    if cfg.compile.enabled:
-        warmup_s = learner.warmup(replay.sample())
+    warmup_s = learner.warmup(replay.sample()) if cfg.compile.enabled else None
     sync = torch.cuda.synchronize if learner.device.type == "cuda" else (lambda: None)
     return Built(learner.update, replay.sample, params, warmup_s, sync)
 

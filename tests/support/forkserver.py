@@ -2,8 +2,9 @@
 
 Every run an e2e test starts would otherwise spend its first CPU-seconds importing the
 same libraries (torch, tensordict with torch._dynamo, torchrl: a large share of a short
-run, docs/PERFORMANCE.md). A server process per pytest process imports them once, with the environment
-the runs get, and forks a child per run. The child is a run as ``python -m dreamer``
+run, docs/PERFORMANCE.md), then matplotlib for its learning curve and our own run modules. A
+server process per pytest process imports them once (``PRELOAD``), with the environment the
+runs get, and forks a child per run. The child is a run as ``python -m dreamer``
 starts it from there on: a new session if asked, the caller's pipes as its stdio, its
 environment, ``runpy`` running ``dreamer`` as ``__main__``, and the interpreter's exit
 (non-daemon threads joined, atexit handlers, exit status or death by signal).
@@ -11,7 +12,8 @@ environment, ``runpy`` running ``dreamer`` as ``__main__``, and the interpreter'
 What a fork cannot show is what happens while those libraries import (warnings printed
 then, environment read then): tests about a run's console start a fresh interpreter
 (``fresh=True`` in tests/support/processes.py), as does any run whose environment differs
-from the server's, and every run with ``DREAMER_TESTS_EXEC=1``.
+from the server's in what those imports read (``ForkServer.serves``), and every run with
+``DREAMER_TESTS_EXEC=1``.
 """
 
 from __future__ import annotations
