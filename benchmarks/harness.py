@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
-# The config key that picks our update path, and its values: ``card`` (the design card's: world model
+# The config key that picks our update path, and its values: ``losses`` (the design card's: world model
 # eager, actor/value losses compiled), ``whole`` (the one-function update compiled, no graph) and
 # ``captured`` (that update in CUDA graphs; CUDA only). One place to rename it.
 UPDATE_PATH_KEY = "compile.update"
@@ -166,27 +166,27 @@ def schema_has(key: str) -> bool:
 
 def update_path_overrides(path: str) -> tuple[list[str], str | None]:
     """(Hydra overrides that run our update path ``path``, None), or ([], why it cannot run here): before
-    UPDATE_PATH_KEY exists, today's learner is the card path and the others do not exist."""
+    UPDATE_PATH_KEY exists, a checkout's learner is the compiled-losses path and the others do not exist."""
     if schema_has(UPDATE_PATH_KEY):
         return [f"{UPDATE_PATH_KEY}={path}"], None
-    if path == "card":
+    if path == "losses":
         return [], None
     return [], f"our {path} update path needs {UPDATE_PATH_KEY}, which this checkout's config schema lacks"
 
 
 def shipped_update_path(cfg) -> str:
     """The update path ``cfg`` runs on its device as composed: ``eager`` with compile off, else what
-    UPDATE_PATH_KEY resolves to (``auto`` -> the path the learner picks; ``card`` before that key exists)."""
+    UPDATE_PATH_KEY resolves to (``auto`` -> the path the learner picks; ``losses`` before that key exists)."""
     if not cfg.compile.enabled:
         return "eager"
     if not schema_has(UPDATE_PATH_KEY):
-        return "card"
+        return "losses"
     import torch
 
     from dreamer.algos.update_paths import resolve_update_path
 
     device = torch.device("cpu" if cfg.device == "auto" else cfg.device)
-    return resolve_update_path(cfg.compile, device)
+    return resolve_update_path(cfg.compile, device).value
 
 
 # -- sides of a side-by-side benchmark, each in its own process -------------------------------------------

@@ -30,7 +30,7 @@ work):
                     warm-up is reported apart (cold: a fresh inductor cache dir).
   ours_eager        `learner.update(replay.sample())` (benchmarks/harness.py's `compose`/`build`),
                     compile.enabled=false.
-  ours_compiled     our card path: compile.enabled=true (+ --compiled-overrides: the best settings); its
+  ours_compiled     our compiled-losses path: compile.enabled=true (+ --compiled-overrides: the best settings); its
                     compile warm-up (cold: a fresh inductor cache dir unless --compile-cache-dir) reported apart.
   ours_whole        our whole update as one compiled function (compile.update=whole, harness.UPDATE_PATH_KEY);
                     skipped, with a line, where the config schema has no such key yet.
@@ -88,7 +88,7 @@ PRESETS = {
 SIDES = ("sheeprl", "torchrl_eager", "torchrl_compiled", "ours_eager", "ours_compiled", "ours_whole")
 GROUPS = {"ours": ("ours_eager", "ours_compiled", "ours_whole"), "torchrl": ("torchrl_eager", "torchrl_compiled")}
 # Our update path (harness.shipped_update_path) -> the side that runs it.
-PATH_SIDES = {"eager": "ours_eager", "card": "ours_compiled", "whole": "ours_whole"}
+PATH_SIDES = {"eager": "ours_eager", "losses": "ours_compiled", "whole": "ours_whole"}
 # A side that says nothing for this long (a cold compile warm-up included) is hung.
 SIDE_TIMEOUT_S = 1800
 
@@ -161,7 +161,8 @@ def mapping(cfg, threads: int) -> list[Mapped]:
                 f"algo.optimizer.eps={a.adam_eps}", f"algo.optimizer.warmup={a.lr_warmup_steps}"],
                "not a setting: sheeprl takes one LaProp+AGC step over all weights after one backward"),
         precision_row(cfg),
-        Mapped("compile", "per side: ours_eager off, ours_compiled the card path (actor/value losses and, with "
+        Mapped("compile", "per side: ours_eager off, ours_compiled the compiled-losses path (actor/value losses "
+               "and, with "
                f"compile.rssm_step={cfg.compile.rssm_step}, the RSSM step; the world model's loop eager), "
                "ours_whole the whole update as one compiled function",
                ["algo.compile.enabled=False"],
@@ -322,7 +323,7 @@ def print_params(params: dict[str, dict[str, int]]) -> None:
 
 def side_specs(overrides: list[str], cfg, rows: list[Mapped], args, cache_dir: str) -> tuple[dict, dict]:
     """({side: its process's spec}, {side: why it cannot run here}) for every side."""
-    card, _ = update_path_overrides("card")
+    losses, _ = update_path_overrides("losses")
     whole, whole_skip = update_path_overrides("whole")
     ours = {"kind": "ours", "fill_steps": args.fill_steps}
     compiled = ["compile.enabled=true", *args.compiled_overrides]
@@ -333,7 +334,8 @@ def side_specs(overrides: list[str], cfg, rows: list[Mapped], args, cache_dir: s
         "torchrl_compiled": {"kind": "torchrl", "device": "cpu", "fill_steps": args.fill_steps,
                              "recipe": torchrl_v3.recipe_config(cfg, compiled=True, cuda=False)},
         "ours_eager": {**ours, "overrides": [*overrides, "compile.enabled=false"]},
-        "ours_compiled": {**ours, "overrides": [*overrides, *compiled, *card, f"compile.cache_dir={cache_dir}/card"]},
+        "ours_compiled": {**ours,
+                          "overrides": [*overrides, *compiled, *losses, f"compile.cache_dir={cache_dir}/losses"]},
         "ours_whole": {**ours, "overrides": [*overrides, *compiled, *whole, f"compile.cache_dir={cache_dir}/whole"]},
     }
     return specs, ({"ours_whole": whole_skip} if whole_skip else {})

@@ -2,11 +2,11 @@
 
     python benchmarks/update_paths.py experiment=small
     python benchmarks/update_paths.py experiment=gym_state --rounds 3 --json paths.json
-    python benchmarks/update_paths.py experiment=small --paths eager card whole --threads 2
-    python benchmarks/update_paths.py experiment=dmc_vision --device cuda --paths card captured
+    python benchmarks/update_paths.py experiment=small --paths eager losses whole --threads 2
+    python benchmarks/update_paths.py experiment=dmc_vision --device cuda --paths losses captured
     python benchmarks/update_paths.py experiment=gym_state --device cuda --paths eager captured_eager
 
-Paths: ``eager`` (compile.enabled=false), ``card`` (the as-shipped compiled path:
+Paths: ``eager`` (compile.enabled=false), ``losses`` (the compiled-losses path, as the CPU ships it:
 world model eager, actor/value losses and V3's RSSM step compiled), ``whole``
 (the whole update as one torch.compile graph), ``captured`` (CUDA: the whole
 update replayed from a CUDA graph), ``captured_eager`` (CUDA: the eager update
@@ -20,7 +20,7 @@ inductor's cache is warm), then times ``learner.update(replay.sample())``:
 ``--reps`` updates after ``--warmup`` untimed ones. Output (stdout, and --json):
 per path the median over rounds of each round's median seconds per update
 (``<path>_s``), every round's median, ``compile_s`` per round, and
-``<path>_vs_card`` (card seconds / path seconds; > 1: faster than the card path).
+``<path>_vs_losses`` (losses seconds / path seconds; > 1: faster than the compiled-losses path).
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from pathlib import Path
 
 from harness import build, compose, time_calls, write_report
 
-PATHS = ("eager", "card", "whole", "captured", "captured_eager")
+PATHS = ("eager", "losses", "whole", "captured", "captured_eager")
 
 
 def path_overrides(path: str) -> list[str]:
     if path == "eager":
-        return ["compile.enabled=false", "compile.update=card"]
+        return ["compile.enabled=false", "compile.update=losses"]
     if path == "captured_eager":
         return ["compile.enabled=false", "compile.update=captured"]
     return ["compile.enabled=true", f"compile.update={path}", "compile.background=false"]
@@ -86,17 +86,17 @@ def summarize(rounds: dict[str, list[dict]]) -> dict:
         result[f"{path}_s"] = statistics.median(r["wall_s"] for r in runs)
         result[f"{path}_round_s"] = [r["wall_s"] for r in runs]
         result[f"{path}_compile_s"] = [r["compile_s"] for r in runs]
-    if "card_s" in result:
+    if "losses_s" in result:
         for path in rounds:
-            if path != "card":
-                result[f"{path}_vs_card"] = result["card_s"] / result[f"{path}_s"]
+            if path != "losses":
+                result[f"{path}_vs_losses"] = result["losses_s"] / result[f"{path}_s"]
     return result
 
 
 def parse(argv: list[str] | None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=small")
-    parser.add_argument("--paths", nargs="+", choices=PATHS, default=["card", "whole"])
+    parser.add_argument("--paths", nargs="+", choices=PATHS, default=["losses", "whole"])
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (one process per path each)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed updates after the compile warm-up")
     parser.add_argument("--reps", type=int, default=20, help="timed updates per process")

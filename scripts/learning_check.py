@@ -47,6 +47,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from dreamer.errors import UserError
+from dreamer.report.eval_metrics import eval_return
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -212,30 +213,30 @@ def judge(run_dir: Path, minutes: float, threshold: float | None, wall_minutes: 
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         raise UserError(f"{run_dir}: no metrics.jsonl; pass a run directory (or remove an unfinished one)")
-    evals = [r for r in map(json.loads, path.read_text().splitlines()) if "eval_return_mean" in r]
+    evals = [r for r in map(json.loads, path.read_text().splitlines()) if eval_return(r) is not None]
     if evals and "wall_s" not in evals[0]:
         raise UserError(f"{run_dir}: its eval records have no wall_s (an older run); rerun it")
     inside = [r for r in evals if r["wall_s"] <= 60.0 * minutes]
-    best = max(inside, key=lambda r: r["eval_return_mean"], default=None)
-    reached = None if threshold is None else next((r for r in inside if r["eval_return_mean"] >= threshold), None)
+    best = max(inside, key=eval_return, default=None)
+    reached = None if threshold is None else next((r for r in inside if eval_return(r) >= threshold), None)
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     if threshold is None:
         passed = bool(evals) and "finished_by" in summary
     else:
-        passed = best is not None and best["eval_return_mean"] >= threshold
+        passed = best is not None and eval_return(best) >= threshold
     return SeedResult(
         run_dir=str(run_dir),
-        best_return=best["eval_return_mean"] if best else None,
+        best_return=eval_return(best) if best else None,
         best_at_minutes=best["wall_s"] / 60.0 if best else None,
         best_at_frames=best["frames"] if best else None,
         reached_at_minutes=reached["wall_s"] / 60.0 if reached else None,
-        final_return=evals[-1]["eval_return_mean"] if evals else None,
+        final_return=eval_return(evals[-1]) if evals else None,
         evaluations=len(evals),
         wall_minutes=wall_minutes,
         passed=passed,
         reached_at_frames=reached["frames"] if reached else None,
-        first_return=evals[0]["eval_return_mean"] if evals else None,
+        first_return=eval_return(evals[0]) if evals else None,
         updates=summary.get("updates"),
         frames=summary.get("frames"),
         updates_per_s=summary.get("updates_per_s"),

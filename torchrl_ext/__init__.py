@@ -4,7 +4,7 @@ Nothing here imports ``dreamer``.
 """
 
 from torchrl_ext.capture import CapturedStep
-from torchrl_ext.collectors import SchemeClosingMultiAsyncCollector
+from torchrl_ext.collectors import WORKER_KEY, SchemeClosingMultiAsyncCollector, WorkerTaggingMultiAsyncCollector
 from torchrl_ext.device import module_to
 from torchrl_ext.dreamer_v3 import (
     OneCriticPassDreamerV3ActorLoss,
@@ -24,6 +24,7 @@ from torchrl_ext.intra_op import use_one_intra_op_thread
 from torchrl_ext.obs_decoder import MatmulObsDecoder
 from torchrl_ext.optim import SkippableDreamerV3Optimizer
 from torchrl_ext.replay import (
+    DeliversSamplesInto,
     PinnedLazyTensorStorage,
     PlainWriteReplayBuffer,
     SliceCursorWriter,
@@ -41,6 +42,7 @@ from torchrl_ext.rssm import (
     straight_through_categorical,
 )
 from torchrl_ext.storage_state import filled_storage_state, leading_rows, load_filled_storage_state
+from torchrl_ext.stream_replay import StreamSliceSampler, StreamStepWriter
 from torchrl_ext.tensordict_fast_path import install_from_any_fast_path
 from torchrl_ext.weight_sync import (
     LivenessCheckedSharedMemWeightSyncScheme,
@@ -52,6 +54,7 @@ __all__ = [
     "BatchedRewardDreamerEnv",
     "CapturedStep",
     "CacheableRSSMPrior",
+    "DeliversSamplesInto",
     "FixedBoundsTanhNormal",
     "LeanRSSMRolloutV3",
     "LivenessCheckedSharedMemWeightSyncScheme",
@@ -70,8 +73,12 @@ __all__ = [
     "SliceCursorWriter",
     "SplitInputBlockGRU",
     "StagedDeviceReplayBuffer",
+    "StreamSliceSampler",
+    "StreamStepWriter",
     "SyncFreeDreamerV3ValueLoss",
     "TraceableOneHotCategorical",
+    "WORKER_KEY",
+    "WorkerTaggingMultiAsyncCollector",
     "held_out_view",
     "install_from_any_fast_path",
     "module_to",

@@ -16,9 +16,11 @@ running metrics) needs none of them. :class:`CapturedStep`:
   device copy) hands over that very tensordict and nothing is copied; another
   tensordict of the same layout (keys, shapes, dtypes, devices) is copied in,
   one non-blocking copy per entry;
-- captures again, after a new warm-up, for inputs of another layout, and after
-  :meth:`invalidate` (call it when the step's state tensors were replaced, e.g. an
-  optimiser loading a checkpoint: the graph would go on reading the old ones).
+- captures again, after a new warm-up, for inputs of another layout or another
+  ``key()`` (what else the step's graph depends on, e.g. how it reshapes its
+  inputs), and after :meth:`invalidate` (call it when the step's state tensors were
+  replaced, e.g. an optimiser loading a checkpoint: the graph would go on reading
+  the old ones).
 
 The step's return value (tensors the graph writes) is returned from each call and
 holds that call's values until the next call.
@@ -26,7 +28,7 @@ holds that call's values until the next call.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 import torch
 from tensordict import TensorDictBase
@@ -47,13 +49,16 @@ class CapturedStep:
             control flow (what a graph replays is the capture's kernels).
         warmup: real calls before each capture, on a side stream.
         device: the CUDA device (default: the current one).
+        key: what else the graph depends on besides the input layout, asked at each
+            call (a change captures again); None: the layout alone.
     """
 
     def __init__(self, step: Callable[[TensorDictBase], Any], *, warmup: int = 2,
-                 device: torch.device | str | None = None):
+                 device: torch.device | str | None = None, key: Callable[[], Hashable] | None = None):
         if warmup < 1:
             raise ValueError(f"warmup must be >= 1 (torch.cuda.graph needs warmed-up work), got {warmup}")
         self.step = step
+        self.key = key or (lambda: None)
         self.warmup = warmup
         self.device = torch.device(device) if device is not None else None
         self.captures = 0  # graphs captured so far
@@ -74,9 +79,14 @@ class CapturedStep:
         self._graph = self._out = self._layout = self.static_inputs = None
         self._warm_calls = 0
 
+    def _layout_of(self, inputs: TensorDictBase) -> tuple:
+        return input_layout(inputs), self.key()
+
     def __call__(self, inputs: TensorDictBase):
+        if self._graph is not None and self.key() != self._layout[1]:
+            self.invalidate()
         if self._graph is not None and inputs is not self.static_inputs:
-            if input_layout(inputs) == self._layout:
+            if self._layout_of(inputs) == self._layout:
                 self.static_inputs.update_(inputs, non_blocking=True)
             else:
                 self.invalidate()
@@ -105,7 +115,7 @@ class CapturedStep:
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             out = self.step(static)
         self._graph, self._out, self.static_inputs = graph, out, static
-        self._layout = input_layout(static)
+        self._layout = self._layout_of(static)
         self.captures += 1
         graph.replay()  # capturing ran nothing: this call's step
         return out

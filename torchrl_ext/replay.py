@@ -18,6 +18,7 @@ import copy
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol, runtime_checkable
 
 import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, is_tensor_collection
@@ -155,6 +156,15 @@ def _inverse_is_identity(transform) -> bool:
     if transform is None:
         return True
     return all(isinstance(t, _CallableTransform) for t in getattr(transform, "transforms", [transform]))
+
+
+@runtime_checkable
+class DeliversSamplesInto(Protocol):
+    """A replay buffer that can copy every later sample into a fixed tensordict (a
+    captured CUDA graph's static inputs) instead of handing out new batches."""
+
+    def deliver_into(self, destination: TensorDictBase | None) -> None:
+        """Copy later samples into ``destination`` and hand it out; None: new batches again."""
 
 
 READY_EVENT = "staged_copy_ready"  # info key: the event a sample's device copy records

@@ -11,7 +11,9 @@ time and stacks every key of every step back together, so a world-model
 batch's observations (800 float 64x64 frames for Dreamer V1's 16x50 batch:
 39 MB) are copied once per forward for nothing: the rollout neither reads nor
 changes them. This subclass rolls out over its ``in_keys`` alone and writes the
-results into the input tensordict; every other key is left as it was.
+results into the input tensordict; every other key is left as it was. It also
+takes upstream ``RSSMRolloutV3``'s ``reset_key``, which the V1 rollout lacks:
+where it is set, state, belief and action are zeroed before the prior's step.
 
 ``CacheableRSSMPrior``: TorchRL's ``RSSMPrior`` runs its GRU inside
 ``torch.amp.autocast(enabled=False)`` on every call. Under ``torch.compile`` that
@@ -54,6 +56,7 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.modules import RSSMPrior, RSSMRolloutV3
 from torchrl.modules.models.model_based import (
@@ -82,9 +85,22 @@ def eager_rollout_step(module: nn.Module) -> Iterator[None]:
 
 
 class SelectiveRSSMRollout(RSSMRollout):
+    def __init__(self, *args, reset_key: NestedKey | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.reset_key = reset_key
+        if reset_key is not None:
+            self.in_keys = [*self.in_keys, reset_key]
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         rolled = super().forward(tensordict.select(*self.in_keys, strict=False))
         return tensordict.update(rolled)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        reset = tensordict.get(self.reset_key, None) if self.reset_key is not None else None
+        if reset is not None:
+            for key in ("state", "belief", "action"):
+                tensordict.set(key, torch.where(reset, 0, tensordict.get(key)))
+        return super()._step(tensordict)
 
 
 class CacheableRSSMPrior(RSSMPrior):

@@ -1,34 +1,45 @@
 """The learner skeleton every Dreamer algorithm runs on.
 
-``prepare(batch)`` turns sampled uint8 steps into the world model's (B, T)
-input; ``compile()`` / ``warmup(batch)`` compile and exercise the actor and
-value losses; ``update(batch)`` runs three phases, world model -> actor ->
-value, each one's loss under its profiling range and the update's autocast;
-``_step`` (backward, gradient sync, grad norm / clip, non-finite flag,
-optimiser step) after the world model's, and once for the actor's and value's
-together (one backward: they share no parameters). The update never talks to the host: losses
-and gradient norms are stacked into one device tensor and summed in
-:class:`MetricsAccumulator`; ``flush_metrics()`` does the single host transfer,
-once per log interval. ``state_dict()`` / ``load_state_dict()`` hold weights
-and optimisers (plus what an algorithm adds in ``_extra_state``).
+``prepare(batch)`` turns sampled uint8 records into the world model's (B, T)
+input; ``update(batch)`` runs three phases (world model, actor, value), each
+one's losses under its profiling range and the update's autocast, and steps the
+optimisers (``_step``: backward, gradient sync, grad norm / clip, non-finite
+flag, optimiser step):
 
-``compile.update`` picks how the update body runs (dreamer/algos/update_paths.py):
-the card's (eager body, compiled losses), the whole body as one compiled graph,
-or that body replayed from a CUDA graph; ``update()`` is the same call for all.
+- in the reference's order (``joint_update``, DreamerV3's agent): every phase's
+  losses from the same weights, one backward of their sum, every optimiser
+  stepped with one non-finite flag for the update;
+- in Dreamer's sequential order otherwise: the world model is stepped first,
+  then the actor and value imagine with the updated world model from the
+  posteriors of the old one and are stepped together (one backward: they share
+  no parameters).
+
+Each phase returns its losses unscaled and keyed by name; the learner weighs
+them by ``loss_scales``, whose names must be exactly the losses' (as the
+reference's agent checks them), and reports every metric by name. The update
+never talks to the host: metrics are stacked into one device tensor and summed
+in :class:`MetricsAccumulator`; ``flush_metrics()`` does the single host
+transfer, once per log interval. ``state_dict()`` / ``load_state_dict()`` hold
+weights and optimisers (plus what an algorithm adds in ``_extra_state``).
+
+``compile.update`` picks how the update body runs: a strategy object from
+dreamer/algos/update_paths.py (the compiled losses, the whole body as one
+graph, or that body replayed from a CUDA graph); ``compile()`` / ``warmup()`` /
+``update()`` go through it.
 
 An algorithm (``algos/<name>/learner.py``) subclasses :class:`BaseLearner` and
-supplies, through the constructor, its parameter groups, optimisers, the
-losses ``compile()`` may compile and its :class:`~dreamer.algos.nonfinite.NonFinitePolicy`;
-and, as methods, how its inputs are prepared (``_prepare_inputs``) and how each
-phase's loss and metrics are computed (``_world_model_phase``,
-``_actor_phase``, ``_value_phase``).
+supplies, through the constructor, its parameter groups, optimisers, loss
+scales, the losses the compiled-losses path may compile and its
+:class:`~dreamer.algos.nonfinite.NonFinitePolicy`; and, as methods, how its
+inputs are prepared (``_prepare_inputs``) and each phase's losses
+(``_world_model_phase``, ``_actor_phase``, ``_value_phase``).
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 import torch
 from tensordict import TensorDictBase
@@ -37,14 +48,13 @@ from torch.nn.utils import clip_grad_norm_, get_total_norm
 from torch.profiler import record_function
 
 from dreamer.algos.nonfinite import NonFiniteGuard, NonFinitePolicy
-from dreamer.algos.update_paths import compile_whole_update, resolve_update_path, restored_after, tensor_leaves
+from dreamer.algos.update_paths import UpdatePath, make_update_path, restored_after, tensor_leaves
 from dreamer.config import AlgoConfig, CompileConfig
-from dreamer.errors import UserError
-from dreamer.system.compile import maybe_compile
-from dreamer.system.timing import device_clock
-from torchrl_ext import CapturedStep, stale_held_out_views
+from dreamer.envs.keys import IS_FIRST
+from torchrl_ext import stale_held_out_views
 
 PHASES = ("world_model", "actor", "value")  # update order; also the optimiser names
+GRAD_NORMS = tuple(f"grad_norm_{phase}" for phase in PHASES)
 
 
 class MetricsAccumulator:
@@ -87,8 +97,8 @@ def profile_range(name: str):
 class PhaseOut(NamedTuple):
     """What one phase hook returns."""
 
-    loss: torch.Tensor  # () what this phase's optimiser minimises
-    metrics: list[torch.Tensor]  # () each: this phase's share of METRIC_NAMES, in order
+    losses: dict[str, torch.Tensor]  # () each, unscaled: this phase's optimiser minimises them, weighed
+    metrics: dict[str, torch.Tensor]  # () each: what else the phase reports (no gradient)
     out: Any = None  # what later phases read: the posterior latents, the imagined rollout
 
 
@@ -104,8 +114,9 @@ def param_groups(modules: nn.ModuleDict, world_model_parts: tuple[str, ...]) -> 
 class BaseLearner(abc.ABC):
     """The skeleton; subclasses supply the algorithm (see the module docstring).
 
-    ``METRIC_NAMES`` lists what the phases' metrics are, in order, followed by the
-    three gradient norms (world model, actor, value) the skeleton appends.
+    ``METRIC_NAMES`` lists every metric an update reports: its losses (the keys of
+    ``loss_scales``), the phases' other metrics and the three gradient norms
+    (``GRAD_NORMS``), in the order they are logged.
     """
 
     METRIC_NAMES: tuple[str, ...] = ()
@@ -124,18 +135,21 @@ class BaseLearner(abc.ABC):
         autocast_dtype: torch.dtype | None,
         params: dict[str, list[nn.Parameter]],
         optimizers: dict[str, torch.optim.Optimizer],
+        loss_scales: dict[str, float],
         nonfinite_policy: NonFinitePolicy,
         grad_clip: float | None,
         compilable: dict[str, Callable],
+        joint_update: bool = False,
     ):
-        """``params`` / ``optimizers``: one per phase (``PHASES``). ``grad_clip``: the
-        global-norm clip ``_step`` applies, or None where the optimiser clips itself
-        (the norm is then only measured). ``compilable``: name -> eager loss; phases
-        call them through ``self.loss_fns[name]``, which ``compile()`` swaps for
-        compiled versions."""
+        """``params`` / ``optimizers``: one per phase (``PHASES``). ``loss_scales``: each loss's
+        weight, by the name its phase gives it. ``grad_clip``: the global-norm clip ``_step``
+        applies, or None where the optimiser clips itself (the norm is then only measured).
+        ``compilable``: name -> eager loss; phases call them through ``self.loss_fns[name]``,
+        which the compiled-losses path swaps for compiled versions. ``joint_update``: the
+        reference's order (see the module docstring)."""
         assert set(params) == set(optimizers) == set(PHASES), (set(params), set(optimizers))
+        assert set(loss_scales) | set(GRAD_NORMS) <= set(self.METRIC_NAMES), (loss_scales, self.METRIC_NAMES)
         self.algo_cfg = algo_cfg
-        self.compile_cfg = compile_cfg
         self.models = models
         self.device = device
         self.autocast_dtype = autocast_dtype
@@ -144,8 +158,10 @@ class BaseLearner(abc.ABC):
         self.obs_key = models.obs_key
         self.params = params
         self.optimizers = optimizers
+        self.loss_scales = dict(loss_scales)
         self.nonfinite_policy = nonfinite_policy
         self.grad_clip = grad_clip
+        self.joint_update = joint_update
         self._eager_fns = dict(compilable)
         self.loss_fns: dict[str, Callable] = dict(compilable)
         self.metrics = MetricsAccumulator(self.METRIC_NAMES, device)
@@ -153,19 +169,15 @@ class BaseLearner(abc.ABC):
         # Data-parallel learners average each phase's gradients across ranks
         # here (dreamer.system.distributed.GradientAverager); None on one process.
         self.grad_sync = None
-        self.update_path = resolve_update_path(compile_cfg, device)
-        if self.update_path != "card" and compile_cfg.enabled and self.NO_COMPILED_WHOLE_UPDATE:
-            raise UserError(
-                f"compile.update={self.update_path} compiles the whole update, and {algo_cfg.name}'s cannot be "
-                f"one graph ({self.NO_COMPILED_WHOLE_UPDATE}): use compile.update=card"
-                + (", or compile=off to capture the eager update" if self.update_path == "captured" else "")
-            )
-        # The update body as it runs now: eager (the card's path, losses compiled or
-        # not) until compile() makes it the whole compiled graph or the captured one.
-        self._run_update: Callable = self._update_body
-        self._whole_update: Callable | None = None  # the compiled whole update (whole, captured)
         self._grads_in_place = False  # gradients zeroed in place, never dropped (whole, captured)
+        self.path = make_update_path(self, compile_cfg, device)
+        # What the path compiles with (auto on CUDA captures the eager body: compile off).
+        self.compile_cfg = self.path.compile_cfg
         self._check_held_out_views()
+
+    @property
+    def update_path(self) -> UpdatePath:
+        return self.path.path
 
     def _check_held_out_views(self) -> None:
         """The actor loss imagines through held-out views of the world model's (and a
@@ -178,13 +190,24 @@ class BaseLearner(abc.ABC):
 
     # -- data -----------------------------------------------------------------
     def prepare(self, batch: TensorDictBase) -> TensorDictBase:
-        """Sampled uint8 steps (B*T) on this device -> the world model's input (B, T)."""
+        """Sampled uint8 records (B*T) on this device -> the world model's input (B, T)."""
         with profile_range("## train/transform ##"):
             batch = self._prepare_inputs(batch.reshape(self.batch_size, self.batch_length))
             a = self.algo_cfg
             if a.reward_scale != 1.0:
                 batch.set(("next", "reward"), batch.get(("next", "reward")) * a.reward_scale)
-            # Each sequence starts from a zero latent, as in Dreamer.
+            first = batch.get(IS_FIRST, None)  # (B, T, 1)
+            if first is None:
+                first = torch.zeros(*batch.shape, 1, dtype=torch.bool, device=self.device)
+            else:
+                # A record followed by an episode's first one ends its episode, flagged done or not
+                # (a restarted env, a resumed run): no return runs from one episode into the next.
+                done = batch.get(("next", "done"))
+                batch.set(("next", "done"), done | torch.cat([first[:, 1:], torch.zeros_like(first[:, :1])], 1))
+            # A sequence starts from the RSSM's reset state, as an episode does (the reference
+            # without replay context): its first record is read as an episode's first.
+            first = torch.cat([torch.ones_like(first[:, :1]), first[:, 1:]], 1)
+            batch.set(IS_FIRST, first)
             batch.set("state", torch.zeros(*batch.shape, a.latent_state_dim, device=self.device))  # (B, T, S)
             batch.set("belief", torch.zeros(*batch.shape, a.rssm_hidden_dim, device=self.device))  # (B, T, H)
         return batch
@@ -196,7 +219,7 @@ class BaseLearner(abc.ABC):
     # -- the phases (per algorithm) --------------------------------------------
     @abc.abstractmethod
     def _world_model_phase(self, batch: TensorDictBase) -> PhaseOut:
-        """World-model loss on the prepared (B, T) batch; ``out``: the posterior latents."""
+        """World-model losses on the prepared (B, T) batch; ``out``: the posterior latents."""
 
     @abc.abstractmethod
     def _actor_phase(self, latent: TensorDictBase) -> PhaseOut:
@@ -204,93 +227,86 @@ class BaseLearner(abc.ABC):
 
     @abc.abstractmethod
     def _value_phase(self, batch: TensorDictBase, latent: TensorDictBase, imagined: TensorDictBase) -> PhaseOut:
-        """Value loss on the imagined rollout (and, if the algorithm wants, the replayed batch)."""
+        """Value losses on the imagined rollout (and, if the algorithm wants, the replayed batch)."""
 
     def _after_value_step(self) -> None:
         """Runs after the value step, inside its range (V3: the slow critic follows)."""
 
-    # -- compile --------------------------------------------------------------
+    def _statistics(self) -> list[torch.Tensor]:
+        """Running statistics the losses update as they run (V3: the return percentiles)."""
+        return []
+
+    # -- compile (through the update path) --------------------------------------
     def compile(self) -> None:
         """Make the configured update path (compile.update) the one ``update`` runs."""
-        if self.update_path == "card":
-            self._compile_card()
-        else:
-            self._compile_whole()
+        self.path.compile()
 
-    def _compile_card(self) -> None:
-        """Compilable losses through torch.compile (compile.*); the world model stays eager
-        (an algorithm may compile a part of it: V3 its RSSM step)."""
-        self.loss_fns = {name: maybe_compile(fn, self.compile_cfg) for name, fn in self._eager_fns.items()}
+    def warmup(self, batch: TensorDictBase) -> float:
+        """Compile and exercise the path's compiled code on a real batch before the first
+        update; the run's state and RNG streams are left as they were. Returns seconds."""
+        return self.path.warmup(batch)
 
-    def _compile_whole(self) -> None:
-        """The whole update body, compiled into one graph (compile.enabled), and on the
-        captured path replayed from a CUDA graph. Optimiser state and gradient buffers are
-        created first: a step that created them would trace twice, or allocate inside the
-        capture (gradients are zeroed in place from here on: ``_clear_grads``)."""
-        self._init_optimizer_state()
-        for p in (p for params in self.params.values() for p in params):
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        self._grads_in_place = True
-        body = self._update_body
-        if self.compile_cfg.enabled:
-            body = self._whole_update = compile_whole_update(self._update_body, self.compile_cfg)
-        if self.update_path == "captured":
-            self._match_capturable()
-            body = CapturedStep(body, warmup=max(1, self.compile_cfg.warmup_iters), device=self.device)
-        self._run_update = body
-
-    def _match_capturable(self) -> None:
-        """torch.optim refuses to step inside a CUDA graph capture unless the optimiser says
-        ``capturable`` (fused Adam keeps its step counts on the device already). Set on the
-        captured path, again after loading a checkpoint (its param groups say what the
-        writing run's path was)."""
-        capturable = self.update_path == "captured"
-        for optimizer in self.optimizers.values():
-            for group in optimizer.param_groups:
-                if "capturable" in group:
-                    group["capturable"] = capturable
+    def compile_losses(self, compile_fn: Callable[[Callable, CompileConfig], Callable]) -> None:
+        """The compilable losses through ``compile_fn`` (an algorithm may compile more of its
+        update: V3 its RSSM step)."""
+        self.loss_fns = {name: compile_fn(fn, self.compile_cfg) for name, fn in self._eager_fns.items()}
 
     @contextlib.contextmanager
-    def _eager_losses(self):
+    def eager_losses(self) -> Iterator[None]:
         compiled, self.loss_fns = self.loss_fns, dict(self._eager_fns)
         try:
             yield
         finally:
             self.loss_fns = compiled
 
-    def warmup(self, batch: TensorDictBase) -> float:
-        """Compile and exercise the (compiled) losses and the world model, forward
-        and backward, on a real batch before the first update; no optimiser step,
-        and the global RNG streams are left as they were (a resumed run continues
-        its own). Returns seconds, the eager pass and the world model included."""
-        if not self.compile_cfg.enabled:
-            return 0.0
-        if self._whole_update is not None:
-            return self._warmup_whole(batch)
-        start = device_clock(self.device)
-        cuda = [self.device.index or 0] if self.device.type == "cuda" else []
-        # Under the update's autocast: dynamo guards on the autocast state, so a
-        # warm-up outside it would leave the first update to trace again.
-        with torch.random.fork_rng(devices=cuda):
-            prepared = self.prepare(batch.clone())
-            with self._autocast():
-                # Forward and backward, as the update runs it: a compiled RSSM step
-                # (compile.rssm_step) is specialised to grad mode.
-                world_model = self._world_model_phase(prepared)
-            world_model.loss.backward()
-            latent = world_model.out
-            with self._autocast():
-                # One eager pass first. TorchRL's envs fill a key cache on first use
-                # (EnvBase._cache); traced with it empty, dynamo guards on the empty
-                # cache and traces the whole imagination again on the next call.
-                with self._eager_losses():
-                    self._warmup_step(prepared, latent)
-                for _ in range(self.compile_cfg.warmup_iters):
-                    self._warmup_step(prepared, latent)
-        for opt in self.optimizers.values():
-            opt.zero_grad(set_to_none=True)
-        return device_clock(self.device) - start
+    @contextlib.contextmanager
+    def held_statistics(self) -> Iterator[None]:
+        """The block's forward passes leave the running statistics as they were."""
+        with restored_after(self._statistics()):
+            yield
+
+    def forward_and_backward(self, batch: TensorDictBase) -> None:
+        """Every phase's losses and their gradients on a prepared batch, as ``update`` computes
+        them, without an optimiser step (the compiled losses' warm-up)."""
+        if self.joint_update:
+            sum(self._phase_losses(self._forward(batch)).values()).backward()
+            return
+        with self._autocast():
+            world_model = self._world_model_phase(batch)
+        self._weighted(world_model).backward()
+        with self._autocast():
+            actor = self._actor_phase(world_model.out)
+            value = self._value_phase(batch, world_model.out, actor.out)
+        # One backward for both (see _update_body).
+        (self._weighted(actor) + self._weighted(value)).backward()
+
+    def drop_grads(self) -> None:
+        for optimizer in self.optimizers.values():
+            optimizer.zero_grad(set_to_none=True)
+
+    def prepare_state_in_place(self) -> None:
+        """Optimiser state and gradient buffers created now, gradients zeroed in place from
+        here on (what one compiled graph, or a CUDA graph's replays, keep reading)."""
+        self._init_optimizer_state()
+        for p in (p for params in self.params.values() for p in params):
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        self._grads_in_place = True
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """Every tensor an update changes: weights, optimiser state, statistics, metrics."""
+        guard = self.nonfinite
+        return tensor_leaves(self.state_dict()) + [self.metrics.total, guard.skipped, guard.streak, guard.longest]
+
+    def set_capturable(self, capturable: bool) -> None:
+        """torch.optim refuses to step inside a CUDA graph capture unless the optimiser says
+        ``capturable`` (fused Adam keeps its step counts on the device already). Set on the
+        captured path, again after loading a checkpoint (its param groups say what the
+        writing run's path was)."""
+        for optimizer in self.optimizers.values():
+            for group in optimizer.param_groups:
+                if "capturable" in group:
+                    group["capturable"] = capturable
 
     def _init_optimizer_state(self) -> None:
         for optimizer in self.optimizers.values():
@@ -298,34 +314,10 @@ class BaseLearner(abc.ABC):
             if init_state is not None:
                 init_state()
 
-    def _warmup_whole(self, batch: TensorDictBase) -> float:
-        """Compile the whole update on ``batch``: one eager update (TorchRL's key caches
-        filled, as the card's warm-up does), then compile.warmup_iters (at least one)
-        compiled ones, after which every tensor the updates changed (weights, optimiser
-        state, statistics, metrics) and the RNG streams are put back as they were."""
-        start = device_clock(self.device)
-        cuda = [self.device.index or 0] if self.device.type == "cuda" else []
-        guard = self.nonfinite
-        state = tensor_leaves(self.state_dict()) + [self.metrics.total, guard.skipped, guard.streak, guard.longest]
-        with torch.random.fork_rng(devices=cuda), restored_after(state):
-            self._update_body(batch.clone())
-            for _ in range(max(1, self.compile_cfg.warmup_iters)):
-                self._whole_update(batch.clone())
-        return device_clock(self.device) - start
-
     def input_buffer(self) -> TensorDictBase | None:
         """The captured update's static inputs, once captured: a sample copied into them
         in place is replayed with no copy of its own. None on the other paths."""
-        if isinstance(self._run_update, CapturedStep) and self._run_update.ready:
-            return self._run_update.static_inputs
-        return None
-
-    def _warmup_step(self, prepared: TensorDictBase, latent: TensorDictBase) -> None:
-        """One forward and backward of the actor and value losses, as ``update`` calls them:
-        one backward for both (V3's value loss may read critic logits the actor loss made)."""
-        actor = self._actor_phase(latent)
-        value = self._value_phase(prepared, latent, actor.out)
-        torch.autograd.backward([actor.loss, value.loss])
+        return self.path.input_buffer()
 
     # -- update ---------------------------------------------------------------
     def _autocast(self):
@@ -336,58 +328,100 @@ class BaseLearner(abc.ABC):
     def update(self, batch: TensorDictBase) -> None:
         """One update of every part (world model, actor, value) with no host sync, on
         the path compile() chose (eager before)."""
-        self._run_update(batch)
+        self.path(batch)
         self.metrics.count += 1
+
+    def _weighted(self, phase: PhaseOut) -> torch.Tensor:
+        """A phase's losses, each times its scale: what its optimiser minimises."""
+        return sum(self.loss_scales[name] * loss for name, loss in phase.losses.items())
+
+    def _check_loss_names(self, phases: dict[str, PhaseOut]) -> None:
+        """Every loss of an update has a scale and every scale a loss (a Python check:
+        traced away by torch.compile)."""
+        losses = {name for phase in phases.values() for name in phase.losses}
+        assert losses == set(self.loss_scales), (sorted(losses), sorted(self.loss_scales))
+
+    def _phase_losses(self, phases: dict[str, PhaseOut]) -> dict[str, torch.Tensor]:
+        """Phase -> its weighted loss."""
+        self._check_loss_names(phases)
+        return {name: self._weighted(phase) for name, phase in phases.items()}
+
+    def _forward(self, batch: TensorDictBase) -> dict[str, PhaseOut]:
+        """Every phase on the same weights (the reference's order): the actor imagines from
+        the world model's posteriors before any step."""
+        with profile_range("## train/world_model ##"), self._autocast():
+            world_model = self._world_model_phase(batch)
+        with profile_range("## train/actor ##"), self._autocast():
+            actor = self._actor_phase(world_model.out)
+        with profile_range("## train/value ##"), self._autocast():
+            value = self._value_phase(batch, world_model.out, actor.out)
+        return {"world_model": world_model, "actor": actor, "value": value}
 
     def _update_body(self, batch: TensorDictBase) -> None:
         """The update itself: device work only, the same on every path."""
         batch = self.prepare(batch)
-        with profile_range("## train/world_model ##"):
-            with self._autocast():
-                world_model = self._world_model_phase(batch)
-            # Stepped before the imagination, which runs on the updated world model.
-            ((wm_grad, wm_inf),) = self._step({"world_model": world_model.loss})
-        with profile_range("## train/actor ##"):
-            with self._autocast():
-                actor = self._actor_phase(world_model.out)
-        with profile_range("## train/value ##"):
-            with self._autocast():
-                value = self._value_phase(batch, world_model.out, actor.out)
-            # One backward for both: they share no parameter (each holds the other's
-            # network out) and the value loss reads the rollout detached, so each
-            # gets exactly the gradients a backward of its own would give. V3's
-            # REINFORCE value loss reads critic logits the actor phase computed
-            # (OneCriticPassDreamerV3ActorLoss): inside one compiled graph, which
-            # only a single backward may run.
-            (actor_grad, actor_inf), (value_grad, value_inf) = self._step({"actor": actor.loss, "value": value.loss})
+        if self.joint_update:
+            phases = self._forward(batch)
+            stepped = self._step(self._phase_losses(phases), joint=True)
             self._after_value_step()
-        self.metrics.accumulate(
-            torch.stack([*world_model.metrics, *actor.metrics, *value.metrics, wm_grad, actor_grad, value_grad])
-        )
-        self.nonfinite.observe(torch.stack([wm_inf, actor_inf, value_inf]))
+        else:
+            with profile_range("## train/world_model ##"):
+                with self._autocast():
+                    world_model = self._world_model_phase(batch)
+                # Stepped before the imagination, which runs on the updated world model.
+                stepped = self._step({"world_model": self._weighted(world_model)})
+            with profile_range("## train/actor ##"):
+                with self._autocast():
+                    actor = self._actor_phase(world_model.out)
+            with profile_range("## train/value ##"):
+                with self._autocast():
+                    value = self._value_phase(batch, world_model.out, actor.out)
+                phases = {"world_model": world_model, "actor": actor, "value": value}
+                self._check_loss_names(phases)
+                # One backward for both: they share no parameter (each holds the other's
+                # network out) and the value loss reads the rollout detached, so each
+                # gets exactly the gradients a backward of its own would give. V3's
+                # REINFORCE value loss reads critic logits the actor phase computed
+                # (OneCriticPassDreamerV3ActorLoss): inside one compiled graph, which
+                # only a single backward may run.
+                stepped.update(self._step({"actor": self._weighted(actor), "value": self._weighted(value)}))
+                self._after_value_step()
+        self._record(phases, stepped)
 
-    def _step(self, losses: dict[str, torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def _record(self, phases: dict[str, PhaseOut], stepped: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """The update's metrics, by name, into the running sums; its non-finite flags."""
+        named = {name: loss.detach() for phase in phases.values() for name, loss in phase.losses.items()}
+        for phase in phases.values():
+            named.update(phase.metrics)
+        named.update({f"grad_norm_{name}": norm for name, (norm, _) in stepped.items()})
+        assert set(named) == set(self.METRIC_NAMES), (sorted(named), sorted(self.METRIC_NAMES))
+        self.metrics.accumulate(torch.stack([named[name].reshape(()).float() for name in self.METRIC_NAMES]))
+        self.nonfinite.observe(torch.stack([stepped[phase][1] for phase in PHASES]))
+
+    def _step(self, losses: dict[str, torch.Tensor], *, joint: bool = False) -> dict[str, tuple]:
         """One backward over ``losses`` (phase name -> loss), then per phase: gradient
         sync, grad norm (and clip), step; a non-finite gradient norm skips that phase's
-        step on the device, the way ``nonfinite_policy`` does it. Returns (grad norm,
-        found_inf 0./1.) per phase, in order. One range name for every phase, so a
-        trace sums the optimisation work."""
+        step on the device (``joint``: every phase's step), the way ``nonfinite_policy``
+        does it. Returns phase -> (grad norm, found_inf 0./1.). One range name for every
+        phase, so a trace sums the optimisation work."""
         with profile_range("## train/optim ##"):
             for name in losses:
                 self._clear_grads(self.params[name])
             # One backward of the sum (the same gradients as torch.autograd.backward over the
             # list, which dynamo does not trace; Tensor.backward it does).
             sum(losses.values()).backward()
-            stepped = []
+            norms = {}
             for name in losses:
-                opt, params = self.optimizers[name], self.params[name]
                 if self.grad_sync is not None:
-                    self.grad_sync(params)
-                grad_norm = self._grad_norm(params)
-                found_inf = (~torch.isfinite(grad_norm)).float()
-                self.nonfinite_policy.step(opt, params, found_inf)
-                stepped.append((grad_norm, found_inf))
-        return stepped
+                    self.grad_sync(self.params[name])
+                norms[name] = self._grad_norm(self.params[name])
+            found = {name: (~torch.isfinite(norm)).float() for name, norm in norms.items()}
+            if joint:  # one update: skipped whole where any of it is non-finite
+                anywhere = torch.stack(list(found.values())).amax()
+                found = dict.fromkeys(found, anywhere)
+            for name in losses:
+                self.nonfinite_policy.step(self.optimizers[name], self.params[name], found[name])
+        return {name: (norms[name], found[name]) for name in losses}
 
     def _clear_grads(self, params: list[nn.Parameter]) -> None:
         """Before a backward: gradients dropped, as zero_grad(set_to_none=True) drops them
@@ -427,15 +461,12 @@ class BaseLearner(abc.ABC):
             o.load_state_dict(state["optimizers"][k])
         self._load_extra_state(state)
         self._check_held_out_views()
-        self._match_capturable()
-        if self._run_update is not self._update_body:
+        self.set_capturable(self.update_path is UpdatePath.CAPTURED)
+        if self._grads_in_place:
             # A compiled whole update traced with every parameter's optimiser state in
-            # place (a checkpoint from before some first step lacks some). Loaded state
-            # is new tensors: a captured graph would go on reading the old ones, so the
-            # next update captures again.
+            # place (a checkpoint from before some first step lacks some).
             self._init_optimizer_state()
-            if isinstance(self._run_update, CapturedStep):
-                self._run_update.invalidate()
+        self.path.state_loaded()
 
     def _extra_state(self) -> dict:
         return {}

@@ -36,6 +36,10 @@ def _keys(cls: type) -> set[str]:
 _SCALARS = {int: (int,), float: (int, float), bool: (bool,), str: (str,)}
 
 
+# Choices renamed since: key -> {old value: new value} (refused in one line naming the new one).
+RENAMED_VALUES = {"compile.update": {"card": "losses"}}
+
+
 def _check_value(path: str, tp: Any, value: Any) -> None:
     origin = get_origin(tp)
     if origin is Union:
@@ -56,6 +60,9 @@ def _check_value(path: str, tp: Any, value: Any) -> None:
         return
     if origin is Literal:
         allowed = get_args(tp)
+        renamed = RENAMED_VALUES.get(path, {}).get(value)
+        if renamed is not None:
+            raise UserError(f"{path}={value} was renamed: use {path}={renamed}")
         if value not in allowed:
             shown = ", ".join("null" if a is None else str(a) for a in allowed)
             raise UserError(f"{path}={value!r} is not allowed; choose one of: {shown}")

@@ -3,7 +3,7 @@
 Hydra reports an unknown preset, an unknown key or a value of the wrong type
 with a multi-line block (and exit status 1) before our code runs. Composing the
 same config here first turns each into ``error: ...`` (exit status 2), and the
-config is validated here too (values, episode limits, a resume directory that
+config is validated here too (values, a resume directory that
 cannot be written) with an output directory that cannot be written: found before
 Hydra creates the run directory, so a mistake leaves nothing behind.
 """
@@ -105,12 +105,8 @@ def check_command_line(argv: list[str], environ: Mapping[str, str] = os.environ)
     mistake leaves nothing behind."""
     if any(arg.startswith("-") for arg in argv):
         return
-    from dreamer.envs.limits import check_sequences_fit_episodes
-
     cfg = load_config(check_composition(argv), environ=environ)
     if cfg.resume:  # the saved config is checked when the run opens it
         check_resume_dir_writable(cfg.resume)
-    else:
-        check_sequences_fit_episodes(cfg.env, cfg.buffer.batch_length)
     check_run_dirs_not_in_use(argv)
     check_run_dir_writable(argv)

@@ -173,6 +173,13 @@ class DreamerV3Config(AlgoConfig):
     # head also learns lambda-returns along replayed sequences, bootstrapped
     # from the imagined returns of those states. 0 turns it off.
     replay_value_scale: float = within(0.3, NON_NEGATIVE)
+    # The replay loss also trains the world model (its gradient through the
+    # replayed posteriors), as the reference's repval_grad does; needs joint_update.
+    repval_grad: bool = True
+    # The reference's update order: every loss from the same weights, one backward
+    # of their sum, every optimiser stepped together (one skip flag per update).
+    # false: Dreamer's order, the world model stepped before the actor imagines.
+    joint_update: bool = True
 
     @property
     def latent_state_dim(self) -> int:
@@ -240,13 +247,14 @@ class CompileConfig:
     # (faster updates: docs/PERFORMANCE.md). V1's rollout has no compiled step
     # upstream: there the key changes nothing.
     rssm_step: bool = True
-    # Which update runs (dreamer/algos/update_paths.py): card = the world model
+    # Which update runs (dreamer/algos/update_paths.py): losses = the world model
     # eager and the actor/value losses compiled (the design card's shape); whole =
     # the whole update (losses, backward, optimiser steps, slow critic, metrics) as
     # one torch.compile graph; captured = that update replayed from CUDA graphs
     # (CUDA only; with compile.enabled=false the eager update is captured);
-    # auto = card until measurements say otherwise. The start log names the path.
-    update: Literal["auto", "card", "whole", "captured"] = "auto"
+    # auto = by measurement: captured (its eager body) on CUDA, losses on the CPU.
+    # The start log names the path.
+    update: Literal["auto", "losses", "whole", "captured"] = "auto"
     # Eager-shaped calls run on the compiled losses before the first real update.
     warmup_iters: int = within(2, NON_NEGATIVE)
     # Compile in a spawned process while updates run eager, then switch to the
@@ -283,6 +291,11 @@ class LoggerConfig:
 class EvalConfig:
     every: int = within(250, POSITIVE)  # updates
     episodes: int = within(10, POSITIVE)
+    # How the evaluated policy acts: sample = draws from the actor's distribution, as
+    # DreamerV3's reference scores its episodes (comparable with published curves);
+    # mode = its most likely action (a near-uniform discrete actor then repeats one
+    # action). Metrics are named for it: eval_sample_return_mean, eval_mode_return_mean.
+    policy: Literal["sample", "mode"] = "sample"
     video: bool = False
     # Open-loop imagination video (pixel tasks only): replayed sequences whose
     # first openloop_context steps the world model observes and the rest it

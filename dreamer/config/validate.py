@@ -37,6 +37,12 @@ def _check_algo(algo: AlgoConfig) -> None:
             )
         if algo.num_bins < 2 or algo.num_bins % 2 == 0:
             raise UserError(f"algo.num_bins={algo.num_bins} must be odd and >= 3, so one bin sits at 0")
+        if algo.repval_grad and algo.replay_value_scale > 0 and not algo.joint_update:
+            raise UserError(
+                "algo.repval_grad=true trains the world model from the replay-value loss, which only the "
+                "joint update can (Dreamer's order steps the world model first): set algo.joint_update=true "
+                "or algo.repval_grad=false"
+            )
 
 
 def steps_before_learning(cfg: Config) -> int:
@@ -88,18 +94,13 @@ def validate(cfg: Config) -> Config:
     if cfg.compile.update == "whole" and not cfg.compile.enabled:
         raise UserError(
             "compile.update=whole compiles the whole update, and compile.enabled=false compiles nothing: "
-            "drop compile.enabled=false (compile=off), or use compile.update=card for eager updates"
+            "drop compile.enabled=false (compile=off), or use compile.update=losses for eager updates"
         )
     if cfg.collector.device.startswith("cuda"):
         raise UserError(
             f"collector.device={cfg.collector.device}: TorchRL hands CUDA weights to worker processes by "
             "reference, so workers would act with weights the learner is changing mid-update; use "
             "collector.device=cpu (the learner keeps the GPU)"
-        )
-    if cfg.buffer.batch_length > cfg.env.max_episode_steps:
-        raise UserError(
-            f"buffer.batch_length={cfg.buffer.batch_length} is longer than "
-            f"env.max_episode_steps={cfg.env.max_episode_steps}: shorten the sequences"
         )
     if not cfg.resume:  # a resumed run's learning started with its saved config (its end: dreamer.run.finished)
         _check_learning_can_start(cfg)

@@ -20,8 +20,18 @@ from torchrl.envs import EnvBase
 from dreamer.config import AlgoConfig, CollectorConfig, CompileConfig, EnvConfig
 from dreamer.envs.factory import env_factory
 from dreamer.system.compile import compile_kwargs
-from torchrl_ext import NonBlockingSharedMemWeightSyncScheme, SchemeClosingMultiAsyncCollector, module_to
+from torchrl_ext import (
+    NonBlockingSharedMemWeightSyncScheme,
+    SchemeClosingMultiAsyncCollector,
+    WorkerTaggingMultiAsyncCollector,
+    module_to,
+)
 from torchrl_ext.tensordict_fast_path import install_from_any_fast_path
+
+
+class WorkerCollector(SchemeClosingMultiAsyncCollector, WorkerTaggingMultiAsyncCollector):
+    """The run's multi-process collector: its batches say which worker (which env's
+    stream) they come from, and its shutdown closes its weight sync schemes."""
 
 
 def workers_hold_a_copy(learner_device: torch.device, collector_device: torch.device) -> bool:
@@ -108,7 +118,7 @@ def make_collector(
     # Weight pushes never wait for the workers (nor for a GPU learner's device-to-host
     # copy): staged, then published once ready (publish_pending_weights).
     weight_sync = NonBlockingSharedMemWeightSyncScheme()
-    collector = SchemeClosingMultiAsyncCollector(
+    collector = WorkerCollector(
         factories,
         post_collect_hook=worker_hook,
         frames_per_batch=[c.frames_per_batch] * workers,

@@ -1,13 +1,22 @@
 """Replay buffer: uint8 steps in (pinned) host storage, sequences out on the learner device.
 
-Write: the collector batch, reduced to the keys the learner reads (a view, no
-copy), goes into the storage slice through ``torchrl_ext.SliceCursorWriter``
-(one direct stack / copy). Each frame is stored once: ``("next", obs)`` only,
-never the root observation that duplicates it.
+What is stored: one record per observation, as DreamerV3's reference stores them.
+A collector batch holds transitions (action t, then ``("next", obs)`` t + 1, its
+reward and flags); each becomes one record, and each episode's first observation
+(the reset's, the root observation where ``step_count`` is 0) gets a record of its
+own before them: ``is_first`` set, no action (zeros), reward 0, not done. Each frame
+is stored once: the reset's root observation in its record, every later one as
+``("next", obs)``; no other root observation is kept.
 
-Sample: ``SliceSampler`` draws ``batch_size`` sequences of ``batch_length``
-steps inside single trajectories; a background thread prefetches them. For a
-learner on another device (a GPU) the sequences are gathered straight into
+Streams: the records of one env (a collector worker) form its stream, episodes one
+after another. ``torchrl_ext.StreamStepWriter`` numbers each stream's records and
+writes the batch into the storage slice (one direct stack / copy);
+``torchrl_ext.StreamSliceSampler`` draws ``batch_size`` windows of ``batch_length``
+consecutive records of one stream, starting at any record with equal probability,
+across episode ends (the learner's RSSM resets at ``is_first``), never across two
+streams or the ring's write cursor. A background thread prefetches them.
+
+For a learner on another device (a GPU) the sequences are gathered straight into
 reused host staging batches (page-locked when pinned) and copied on a side CUDA
 stream that the learner's stream waits on (``torchrl_ext.StagedDeviceReplayBuffer``).
 On a CPU learner the sample is the gather itself, as upstream's.
@@ -19,40 +28,35 @@ rounded up to a power of two by torch's caching host allocator: the bytes
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import re
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 from dreamer.config import BufferConfig
+from dreamer.envs.keys import IS_FIRST
 from dreamer.errors import UserError
 from dreamer.system.memory import host_memory_available
 from torchrl_ext import (
+    WORKER_KEY,
     PinnedLazyTensorStorage,
     PlainWriteReplayBuffer,
-    SliceCursorWriter,
     StagedDeviceReplayBuffer,
+    StreamSliceSampler,
+    StreamStepWriter,
     filled_storage_state,
     load_filled_storage_state,
 )
 
-TRAJ_KEY = ("collector", "traj_ids")
+STREAM_KEY = ("collector", "stream")  # which env's stream the record belongs to
+STEP_KEY = ("collector", "step")  # the record's place in its stream (StreamStepWriter)
+# What a transition contributes to its record (the reset record fills the same keys).
+FLAG_KEYS = (("next", "done"), ("next", "terminated"), ("next", "truncated"))
 
 
 def stored_keys(obs_key: str) -> list:
-    return [
-        ("next", obs_key),
-        "action",
-        ("next", "reward"),
-        ("next", "done"),
-        ("next", "terminated"),
-        ("next", "truncated"),
-        TRAJ_KEY,
-        "step_count",
-    ]
+    return [("next", obs_key), "action", ("next", "reward"), *FLAG_KEYS, IS_FIRST, STREAM_KEY, STEP_KEY]
 
 
 def use_pinned_memory(buffer_cfg: BufferConfig, device: torch.device) -> bool:
@@ -69,16 +73,10 @@ def make_replay_buffer(buffer_cfg: BufferConfig, device: torch.device) -> Tensor
     storage = (
         PinnedLazyTensorStorage(b.capacity, pin_memory=True) if pin else LazyTensorStorage(b.capacity)
     )
-    sampler = SliceSampler(
-        slice_len=b.batch_length,
-        traj_key=TRAJ_KEY,
-        strict_length=True,  # only whole sequences: the learner reshapes to (B, T)
-        cache_values=False,
-    )
     common = dict(
         storage=storage,
-        sampler=sampler,
-        writer=SliceCursorWriter(),
+        sampler=StreamSliceSampler(slice_len=b.batch_length, stream_key=STREAM_KEY, step_key=STEP_KEY),
+        writer=StreamStepWriter(stream_key=STREAM_KEY, step_key=STEP_KEY),
         batch_size=b.batch_size * b.batch_length,
         prefetch=b.prefetch or None,
     )
@@ -87,38 +85,63 @@ def make_replay_buffer(buffer_cfg: BufferConfig, device: torch.device) -> Tensor
     return PlainWriteReplayBuffer(**common)
 
 
+def records(batch: TensorDictBase, obs_key: str, stream: int) -> TensorDictBase:
+    """One env's (N,) transitions -> its records: a reset record before each episode's
+    first transition, then one record per transition (see the module docstring)."""
+    steps = batch.select(("next", obs_key), "action", ("next", "reward"), *FLAG_KEYS, strict=False)
+    kept = list(steps.keys(include_nested=True, leaves_only=True))
+    n = steps.shape[0]
+    step_count = batch.get("step_count", None)  # absent: no episode starts here
+    starts = torch.zeros(n, dtype=torch.bool) if step_count is None else step_count.reshape(n) == 0
+    resets = int(starts.sum())
+    if resets == 0:
+        out = steps.clone(False)  # a new container over the same tensors: keys are added below
+    else:
+        # Transition t lands after the reset records of every episode started at or before it.
+        into = torch.arange(n) + torch.cumsum(starts, 0)
+        out = TensorDict(
+            {key: torch.zeros(n + resets, *steps.get(key).shape[1:], dtype=steps.get(key).dtype)
+             for key in kept},
+            batch_size=[n + resets],
+        )
+        out[into] = steps
+        if ("next", obs_key) in kept:
+            out.get(("next", obs_key))[into[starts] - 1] = batch.get(obs_key)[starts]
+    first = torch.zeros(n + resets, 1, dtype=torch.bool)
+    if resets:
+        first[into[starts] - 1] = True
+    out.set(IS_FIRST, first)
+    out.set(STREAM_KEY, torch.full((n + resets,), stream, dtype=torch.long))
+    out.set(STEP_KEY, torch.zeros(n + resets, dtype=torch.long))  # numbered by the writer
+    return out
+
+
 def write(buffer: TensorDictReplayBuffer, batch: TensorDictBase, obs_key: str) -> int:
-    """Store a collector batch (any leading shape); returns the steps written."""
-    steps = batch.select(*stored_keys(obs_key), strict=False)
-    if steps.ndim > 1:
-        steps = steps.reshape(-1)
-    buffer.extend(steps)
-    return steps.shape[0]
+    """Store a collector batch of transitions; returns the agent steps it held.
+
+    A batch of shape (N,) is one env's: its stream is the collector worker that
+    collected it (``torchrl_ext.WORKER_KEY``, stream 0 when collected in this
+    process). A (E, N) batch holds E envs' streams, stream e per row."""
+    if batch.ndim == 1:
+        streams = [(batch, _stream_of(batch, 0))]
+    else:
+        rows = batch.reshape(-1, batch.shape[-1])
+        streams = [(row, _stream_of(row, e)) for e, row in enumerate(rows.unbind(0))]
+    for steps, stream in streams:
+        buffer.extend(records(steps, obs_key, stream))
+    return batch.numel()
 
 
-# What SliceSampler raises when no stored trajectory is as long as the sequences it must cut.
-_NO_LONG_ENOUGH_TRAJECTORY = "Did not find a single trajectory with sufficient length"
-
-
-@contextlib.contextmanager
-def explain_short_episodes(batch_length: int):
-    """SliceSampler's failure on episodes shorter than the sequences, as one line saying what to change."""
-    try:
-        yield
-    except RuntimeError as err:
-        if _NO_LONG_ENOUGH_TRAJECTORY not in str(err):
-            raise
-        longest = re.search(r"length range: \d+ - (\d+)", str(err))
-        seen = f" (the longest holds {longest.group(1)} steps)" if longest else ""
-        raise UserError(
-            f"no episode in the replay is as long as buffer.batch_length={batch_length} agent steps{seen}: the env "
-            "ends its episodes sooner; set buffer.batch_length shorter than its episodes"
-        ) from None
+def _stream_of(batch: TensorDictBase, default: int) -> int:
+    worker = batch.get(WORKER_KEY, None)
+    return default if worker is None else int(worker.reshape(-1)[0])
 
 
 def bytes_per_step(step: TensorDictBase, obs_key: str) -> int:
-    kept = step.select(*stored_keys(obs_key), strict=False)
-    return sum(t.element_size() * t.numel() for t in kept.values(True, True))
+    """What one record of ``step`` (a collector step, or a rollout's first) takes in the storage."""
+    one = step.reshape(-1)[:1]  # a step, or a rollout of one
+    record = records(one.exclude("step_count"), obs_key, stream=0)[0]
+    return sum(t.element_size() * t.numel() for t in record.values(True, True))
 
 
 def check_capacity(buffer_cfg: BufferConfig, step_bytes: int, *, ranks_per_node: int = 1,

@@ -1,4 +1,4 @@
-"""Where an env's observation lives in its tensordict: the key every module reads."""
+"""Where an env's observation lives in its tensordict, and the episode-start flag: keys every module reads."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from dreamer.config import EnvConfig
 
 PIXELS_KEY = "pixels"
 VECTOR_KEY = "observation"
+# Replay records: True where the record is an episode's first observation (the reset's).
+IS_FIRST = "is_first"
 
 
 def observation_key(env_cfg: EnvConfig) -> str:

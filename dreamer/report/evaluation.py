@@ -1,4 +1,8 @@
-"""Evaluation: deterministic episodes on separate envs stepped as one batch, returns and optional video."""
+"""Evaluation: episodes on separate envs stepped as one batch, returns and optional video.
+
+The policy samples its actions (``eval.policy=sample``, as DreamerV3's reference
+scores episodes) or takes their mode (``eval.policy=mode``); the metrics say which
+(``dreamer.report.eval_metrics``)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ from torchrl.envs import EnvBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from dreamer.envs.keys import PIXELS_KEY
+
+EXPLORATION = {"sample": ExplorationType.RANDOM, "mode": ExplorationType.DETERMINISTIC}  # eval.policy
 
 
 @dataclass
@@ -31,11 +37,12 @@ class _Stopped(Exception):
 
 
 @torch.no_grad()
-def evaluate(env: EnvBase, policy, *, episodes: int, max_steps: int, record: bool,
+def evaluate(env: EnvBase, policy, *, episodes: int, max_steps: int, record: bool, acting: str = "sample",
              should_stop: Callable[[], bool] = lambda: False) -> EvalResult | None:
-    """``episodes`` episodes with the policy's mode (no exploration noise), played
-    by the batch ``env`` (``make_eval_env``): each rollout plays one episode on
-    each of its envs, stepped together, until ``episodes`` are done.
+    """``episodes`` episodes of ``policy`` (no exploration noise), its actions sampled
+    or its mode (``acting``: ``eval.policy``), played by the batch ``env``
+    (``make_eval_env``): each rollout plays one episode on each of its envs, stepped
+    together, until ``episodes`` are done.
 
     An env whose episode ends early waits, unstepped, for the others (TorchRL's
     partial steps), so each keeps its first episode's return. With ``record``,
@@ -49,7 +56,7 @@ def evaluate(env: EnvBase, policy, *, episodes: int, max_steps: int, record: boo
         if should_stop():
             raise _Stopped
 
-    with set_exploration_type(ExplorationType.DETERMINISTIC):
+    with set_exploration_type(EXPLORATION[acting]):
         while len(returns) < episodes:
             if should_stop():
                 return None

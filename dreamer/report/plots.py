@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from dreamer.errors import UserError
+from dreamer.report.eval_metrics import eval_return
 
 # Keys that differ between seeds of one experiment without making it another one.
 _NOT_THE_EXPERIMENT = ("seed", "logger", "eval", "checkpoint", "resume", "profiling")
@@ -43,8 +44,11 @@ def find_runs(paths: list[Path]) -> list[Path]:
 
 
 def _label(config: dict) -> str:
-    """Experiment, env and model size (runs of two sizes are two curves, not seeds of one)."""
-    parts = [config.get("experiment", "?"), config.get("env", {}).get("name", ""), config.get("model") or ""]
+    """Experiment, env, model size and the evaluated policy (runs of two sizes, or evaluated
+    by sampling and by the mode, are two curves, not seeds of one)."""
+    policy = config.get("eval", {}).get("policy")
+    parts = [config.get("experiment", "?"), config.get("env", {}).get("name", ""), config.get("model") or "",
+             f"({policy} policy)" if policy else ""]
     return " ".join(p for p in parts if p)
 
 
@@ -52,12 +56,12 @@ def load_run(path: Path) -> Run:
     records = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
     config_path = path / "config.json"
     config = json.loads(config_path.read_text()) if config_path.exists() else {}
-    evals = [r for r in records if "eval_return_mean" in r]
+    evals = [r for r in records if eval_return(r) is not None]
     rates = [r for r in records if "updates_per_s" in r]
     return Run(
         path=path, label=_label(config),
         eval_frames=np.array([r["frames"] for r in evals], dtype=float),
-        eval_returns=np.array([r["eval_return_mean"] for r in evals], dtype=float),
+        eval_returns=np.array([eval_return(r) for r in evals], dtype=float),
         # Runs logged before wall_s existed plot against frames only.
         eval_minutes=np.array([r.get("wall_s", np.nan) / 60.0 for r in evals], dtype=float),
         rate_frames=np.array([r["frames"] for r in rates], dtype=float),

@@ -40,7 +40,7 @@ from typing import Callable
 import psutil
 import torch
 
-from dreamer.config import Config
+from dreamer.config import CompileConfig
 from dreamer.system.distributed import Ranks
 from dreamer.system.memory import host_memory_available, memory_available
 
@@ -154,9 +154,10 @@ def too_little_memory_for_child(update_bytes: int, device: torch.device) -> str 
     return None
 
 
-def compiles_in_background(cfg: Config, ranks: Ranks) -> bool:
-    """compile.background on a single-process run (ranks compile first, together)."""
-    return cfg.compile.enabled and cfg.compile.background and not ranks.enabled
+def compiles_in_background(compile_cfg: CompileConfig, ranks: Ranks) -> bool:
+    """compile.background on a single-process run (ranks compile first, together) whose
+    update path compiles (``compile_cfg``: the learner's; CUDA's auto captures the eager body)."""
+    return compile_cfg.enabled and compile_cfg.background and not ranks.enabled
 
 
 # Seconds a cancelled child gets to end on SIGTERM before it is killed.

@@ -14,14 +14,12 @@ from typing import Iterator
 import torch
 
 from dreamer.algos.registry import algorithm
-from dreamer.algos.update_paths import describe_update_path
 from dreamer.config import Config, to_dict
 from dreamer.config.preflight import check_resume_dir_writable
 from dreamer.data.collectors import make_collector, seconds_per_agent_step, worker_policy, workers_hold_a_copy
 from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buffer, use_pinned_memory
 from dreamer.data.supervisor import SupervisedCollector
 from dreamer.envs.factory import close_env, make_env, make_eval_env
-from dreamer.envs.limits import check_sequences_fit_episodes
 from dreamer.envs.rendering import configure_mujoco_gl
 from dreamer.errors import UserError
 from dreamer.report.console import quiet_worker
@@ -87,8 +85,9 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
             cfg.algo, cfg.compile, models, device, batch_size=cfg.buffer.batch_size,
             batch_length=cfg.buffer.batch_length, autocast_dtype=process.autocast,
         )
-        log.info("update path: %s%s", describe_update_path(learner.update_path, cfg.compile),
-                 " (eager until the background compile is done)" if compiles_in_background(cfg, ranks) else "")
+        background = compiles_in_background(learner.compile_cfg, ranks)
+        log.info("update path: %s%s", learner.path.describe(),
+                 " (eager until the background compile is done)" if background else "")
         replay = make_replay_buffer(cfg.buffer, device)
         if cfg.checkpoint.replay and ranks.is_main:
             ckpt.check_replay_checkpoint_space(run_dir, replay_bytes, model_checkpoint_bytes(learner, models),
@@ -105,7 +104,7 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
                                      random_frames=random_frames, quiet=quiet)
         collection.callback(collector.shutdown)
 
-        if not compiles_in_background(cfg, ranks):
+        if not background:
             learner.compile()  # else the trainer swaps compiled losses in when the child is done
         eval_env = None  # rank 0 alone evaluates
         if ranks.is_main:
@@ -189,7 +188,6 @@ def _build_networks(cfg: Config, ranks: distributed.Ranks, process: _Process, bu
     save; the replay's size checked against memory. Returns (models, acting
     policy, placement, the replay's bytes)."""
     device = process.device
-    check_sequences_fit_episodes(cfg.env, cfg.buffer.batch_length)
     proof_env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
     try:
         models = build_models(cfg.algo, cfg.env, proof_env, device)

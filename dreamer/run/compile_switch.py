@@ -74,7 +74,7 @@ class CompileSwitch:
         self._lookups_at_switch = compile_cache.cache_lookups()
         self.switched_at = n.updates + 1
         log.info("background compile done in %.1f s: the %s update path from update %d on",
-                 result["wall_s"], self.r.learner.update_path, self.switched_at)
+                 result["wall_s"], self.r.learner.update_path.value, self.switched_at)
 
     def after_update(self, seconds: float) -> None:
         """After each update: the first compiled one traced again and read the compile caches."""

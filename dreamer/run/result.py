@@ -23,6 +23,7 @@ class RunResult:
     updates_per_s: float | None = None
     frames_per_s: float | None = None
     train_ratio_achieved: float | None = None
+    eval_policy: str = "sample"  # eval.policy: the final evaluation's returns are of this policy
     eval_return_mean: float | None = None
     eval_return_std: float | None = None
     eval_episodes: int = 0
@@ -54,6 +55,7 @@ class RunResult:
             "updates_per_s": self.updates_per_s,
             "frames_per_s": self.frames_per_s,
             "train_ratio_achieved": self.train_ratio_achieved,
+            "eval_policy": self.eval_policy,
             "eval_return_mean": self.eval_return_mean,
             "eval_return_std": self.eval_return_std,
             "eval_episodes": self.eval_episodes,

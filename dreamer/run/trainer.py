@@ -11,9 +11,10 @@ from torch.profiler import record_function
 
 from dreamer.config import Config
 from dreamer.config.validate import steps_before_learning
-from dreamer.data.replay import explain_short_episodes, write
+from dreamer.data.replay import write
 from dreamer.data.supervisor import WorkerDied
 from dreamer.report.episodes import CollectedEpisodes
+from dreamer.report.eval_metrics import return_key
 from dreamer.report.evaluation import EvalResult, evaluate
 from dreamer.report.openloop import openloop_video
 from dreamer.report.progress import Progress
@@ -27,6 +28,7 @@ from dreamer.run.state import Run
 from dreamer.run.stopping import StopRequested
 from dreamer.system import distributed
 from dreamer.system.memory import PeakGrowth
+from torchrl_ext import DeliversSamplesInto
 
 log = logging.getLogger("dreamer")
 
@@ -58,8 +60,7 @@ class Trainer:
         r = self.r
         try:
             try:
-                with explain_short_episodes(r.cfg.buffer.batch_length):
-                    reason = self._train()
+                reason = self._train()
             except WorkerDied as err:
                 path = r.save()  # nothing lost: the run continues from here
                 raise WorkerDied(f"{err}; final checkpoint {path}; continue with resume={r.run_dir}") from None
@@ -154,7 +155,7 @@ class Trainer:
         """A captured update (compile.update=captured) reads fixed device buffers: once
         it is captured (again), the replay copies every sample straight into them."""
         r = self.r
-        if not hasattr(r.replay, "deliver_into"):  # a CPU learner's replay: nothing to feed
+        if not isinstance(r.replay, DeliversSamplesInto):  # a CPU learner's replay: nothing to feed
             return
         buffer = r.learner.input_buffer()
         if buffer is self.replay_destination:
@@ -178,20 +179,21 @@ class Trainer:
 
     def _ready_to_learn(self) -> bool:
         """The replay holds what the first update needs (the random prefill included) or,
-        once learning has started (a resumed run refilling its replay), one batch of sequences."""
+        once learning has started (a resumed run refilling its replay), one batch of sequences;
+        and some env's stream holds a whole sequence."""
         b = self.r.cfg.buffer
         needed = b.batch_size * b.batch_length if self.r.counters.updates else steps_before_learning(self.r.cfg)
-        return len(self.r.replay) >= needed
+        return len(self.r.replay) >= needed and self.r.replay.can_sample()
 
     def _warm_up(self) -> bool:
         """Compile and warm the learner on real data before the first update, or
         start compiling in the background (compile.background) and learn eager meanwhile.
         False when a stop signal came during the compile (abandoned: it has no safe point)."""
         r, n = self.r, self.r.counters
-        if compiles_in_background(r.cfg, r.ranks):
+        if compiles_in_background(r.learner.compile_cfg, r.ranks):
             self.compile_switch.due = True
         else:
-            if r.cfg.compile.enabled:
+            if r.learner.compile_cfg.enabled:
                 log.info("compiling the losses before the first update (compile.background=false)")
                 self.progress.phase("compiling the losses (warm-up)")
             try:
@@ -202,7 +204,7 @@ class Trainer:
                 return False
             n.timers["compile_warmup_s"] = seconds
             log.info("compile warm-up: %.1f s", seconds)
-            if r.cfg.compile.enabled and r.ranks.is_main:  # one writer per run dir
+            if r.learner.compile_cfg.enabled and r.ranks.is_main:  # one writer per run dir
                 r.save_compile_artifact()  # portable: compile.cache_artifact=<this file>
         self.warm = True
         n.timers["eval_s"] = 0.0
@@ -216,7 +218,8 @@ class Trainer:
             return True
         start = time.perf_counter()
         result = evaluate(r.eval_env, r.eval_policy, episodes=c.eval.episodes, max_steps=c.env.max_episode_steps,
-                          record=c.eval.video, should_stop=lambda: r.stopper.requested is not None)
+                          record=c.eval.video, acting=c.eval.policy,
+                          should_stop=lambda: r.stopper.requested is not None)
         if result is None:
             log.info("stop requested during the evaluation at update %d: evaluation abandoned", n.updates)
             return False
@@ -224,7 +227,7 @@ class Trainer:
         if self.progress is not None:
             self.progress.evaluated(time.perf_counter() - start, result.mean)
         r.logger.log({"frames": n.frames, "updates": n.updates,
-                      "eval_return_mean": result.mean, "eval_return_std": result.std,
+                      return_key(c.eval.policy): result.mean, return_key(c.eval.policy, "std"): result.std,
                       "eval_episodes": len(result.returns),
                       "wall_s": time.perf_counter() - r.started})  # since this process started
         if result.frames is not None:
@@ -287,6 +290,7 @@ class Trainer:
             finished_by, r.run_dir, n.frames, n.updates, stopped_by=r.stopper.requested,
             wall_s=time.perf_counter() - r.started, **rates,
             train_ratio_achieved=self._train_ratio_achieved(),
+            eval_policy=r.cfg.eval.policy,
             eval_return_mean=last.mean if last else None, eval_return_std=last.std if last else None,
             eval_episodes=len(last.returns) if last else 0, timers=dict(n.timers), **ranks,
         )

@@ -60,7 +60,7 @@ def test_captured_updates_give_the_eager_updates_numbers(env, compiled):
     card, captured, batch = pair(env, compiled=compiled)
     for seed in range(5):  # one warm-up update, the capture's, then replays
         update_both(card, captured, batch, seed)
-    assert captured._run_update.captures == 1 and captured.input_buffer() is not None
+    assert captured.path.run.captures == 1 and captured.input_buffer() is not None
     torch.cuda.synchronize()
     assert_same_state(captured, card)
     theirs, ours = card.flush_metrics(), captured.flush_metrics()
@@ -111,20 +111,20 @@ def test_a_new_batch_shape_and_a_loaded_checkpoint_capture_again(env):
     card, captured, batch = pair(env)
     for seed in range(3):
         update_both(card, captured, batch, seed)
-    assert captured._run_update.captures == 1
+    assert captured.path.run.captures == 1
     for learner in (card, captured):  # half the sequences per update from here
         learner.batch_size //= 2
     half = batch[: batch.shape[0] // 2]
     for seed in range(3, 6):
         update_both(card, captured, half, seed)
-    assert captured._run_update.captures == 2
+    assert captured.path.run.captures == 2
     assert_same_state(captured, card)
 
     captured.load_state_dict(copy.deepcopy(card.state_dict()))  # a resume: new optimiser state tensors
     assert captured.input_buffer() is None
     for seed in range(6, 9):
         update_both(card, captured, half, seed)
-    assert captured._run_update.captures == 3
+    assert captured.path.run.captures == 3
     torch.cuda.synchronize()
     assert_same_state(captured, card)
 
@@ -138,7 +138,7 @@ def test_collectors_acting_policy_reads_the_parameters_the_graph_updates(env):
     before = [p.detach().clone() for p in policy_params]
     for _ in range(4):  # warm-up, capture, two replays
         captured.update(batch.clone())
-    assert captured._run_update.captures == 1
+    assert captured.path.run.captures == 1
     pushed = [p.detach().to("cpu") for p in policy_params]  # what a weight push to CPU workers copies
     assert any(not torch.equal(b.cpu(), p) for b, p in zip(before, pushed)), "the replays moved no policy weight"
     by_address = {p.data_ptr(): p for p in captured.models.modules.parameters()}
@@ -195,12 +195,12 @@ def test_dreamer_v1s_eager_update_captured_gives_the_eager_updates_numbers():
     captured.compile()
     for seed in range(5):
         update_both(card, captured, batch, seed)
-    assert captured._run_update.captures == 1
+    assert captured.path.run.captures == 1
     torch.cuda.synchronize()
     assert_same_state(captured, card)
     captured.load_state_dict(copy.deepcopy(card.state_dict()))  # a resume: new optimiser state tensors
     for seed in range(5, 9):
         update_both(card, captured, batch, seed)
-    assert captured._run_update.captures == 2
+    assert captured.path.run.captures == 2
     torch.cuda.synchronize()
     assert_same_state(captured, card)

@@ -19,7 +19,9 @@ from dreamer.algos.v1 import models as v1_models
 from dreamer.algos.v1.learner import METRIC_NAMES, DreamerV1Learner
 from dreamer.algos.v1.models import build_models
 from dreamer.data.replay import stored_keys
+from dreamer.data.transforms import VectorAsImage
 from dreamer.envs.factory import close_env, make_env
+from dreamer.envs.keys import IS_FIRST
 from tests.support.configs import tiny_config
 from tests.support.gpu_checks import CHECKPOINT_RESUME, EAGER_UPDATES_CUDA, V1_NO_HOST_TRANSFER
 from tests.support.spies import HOST_TRANSFERS, CallCounter, spy_tensor_methods
@@ -224,7 +226,7 @@ def test_a_slow_value_copy_is_what_returns_bootstrap_from_and_it_follows_the_cri
 
     def actor_loss() -> float:
         torch.manual_seed(3)
-        return learner._actor_phase(latent.clone()).loss.item()
+        return learner._weighted(learner._actor_phase(latent.clone())).item()
 
     def shifted(module, by: float):
         last_bias = [p for n, p in module.named_parameters() if n.endswith("bias")][-1]
@@ -387,7 +389,8 @@ def test_continuous_actions_lie_in_env_bounds_and_use_the_full_range(state_setup
     assert torch.equal(high, -low) and float(high.max()) > 1.0  # Pendulum: [-2, 2]
     n = 512
     obs = TensorDict(
-        {"observation": torch.randn(n, 3) * 3, "belief": torch.randn(n, cfg.algo.rssm_hidden_dim)},
+        {"observation": torch.randn(n, 3) * 3, "belief": torch.randn(n, cfg.algo.rssm_hidden_dim),
+         "step_count": torch.ones(n, 1, dtype=torch.long)},  # mid-episode: the carried belief
         batch_size=[n],
     )
     for explore, mode in [
@@ -410,10 +413,30 @@ def test_policy_carries_the_belief_to_the_next_step(state_setup):
     with torch.no_grad():
         rollout = env.rollout(4, models.policy(explore=False), break_when_any_done=False)
     belief, next_belief = rollout["belief"], rollout["next", "belief"]
-    assert torch.equal(belief[0], torch.zeros_like(belief[0]))  # zeros at reset
     # Each step starts from the belief the previous step produced.
     assert torch.equal(belief[1:], next_belief[:-1])
     assert not torch.equal(next_belief[0], belief[0])
+
+
+def test_acting_reads_an_episodes_first_observation_from_the_belief_training_gives_it(state_setup):
+    """The world model's rollout resets at an is_first record (state, belief, action zeroed,
+    then the prior's step); the acting policy starts each episode from that same belief."""
+    cfg, env, _ = state_setup
+    models = build_models(cfg.algo, cfg.env, env, CPU)
+    with torch.no_grad():
+        for p in models.modules["prior"].parameters():  # as if trained: biases no longer zero
+            p.add_(torch.randn_like(p) * 0.1)
+        acting = env.rollout(1, models.policy(explore=False), break_when_any_done=False)
+        record = TensorDict({
+            "action": torch.randn(1, 1, 1),  # whatever the previous episode did last: ignored at a reset
+            IS_FIRST: torch.ones(1, 1, 1, dtype=torch.bool),
+            "state": torch.randn(1, 1, cfg.algo.latent_state_dim),
+            "belief": torch.randn(1, 1, cfg.algo.rssm_hidden_dim),
+            "next": {"observation": VectorAsImage()(acting["observation"].reshape(1, 1, -1))},
+        }, batch_size=[1, 1])
+        trained = models.world_model(record)
+    assert not torch.equal(acting["belief"][0], torch.zeros_like(acting["belief"][0]))
+    torch.testing.assert_close(acting["belief"][0], trained["next", "belief"][0, 0])
 
 
 def test_discrete_policy_emits_one_hot_env_actions():

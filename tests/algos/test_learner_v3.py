@@ -22,6 +22,7 @@ from dreamer.algos.v3.models import build_models
 from dreamer.config import validate
 from dreamer.data.replay import stored_keys
 from dreamer.envs.factory import close_env, make_env
+from dreamer.envs.keys import IS_FIRST
 from dreamer.errors import UserError
 from tests.support.configs import tiny_config
 from tests.support.gpu_checks import EAGER_UPDATES_CUDA, V3_NO_HOST_TRANSFER
@@ -212,7 +213,8 @@ def test_v3_continuous_actions_fill_the_env_bounds_and_map_back_for_learning(sta
     obs = TensorDict(
         {"observation": torch.randn(n, 3) * 3,
          "state": torch.zeros(n, cfg.algo.latent_state_dim),
-         "belief": torch.randn(n, cfg.algo.rssm_hidden_dim)},
+         "belief": torch.randn(n, cfg.algo.rssm_hidden_dim),
+         "step_count": torch.ones(n, 1, dtype=torch.long)},  # mid-episode: the carried belief
         batch_size=[n],
     )
     for mode in (ExplorationType.RANDOM, ExplorationType.DETERMINISTIC):  # collector, evaluation
@@ -234,9 +236,32 @@ def test_v3_policy_carries_the_belief_to_the_next_step(state_setup):
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
         rollout = env.rollout(4, models.policy(explore=False), break_when_any_done=False)
     belief, next_belief = rollout["belief"], rollout["next", "belief"]
-    assert torch.equal(belief[0], torch.zeros_like(belief[0]))
     assert torch.equal(belief[1:], next_belief[:-1])
     assert not torch.equal(next_belief[0], belief[0])
+
+
+def test_v3_acting_reads_an_episodes_first_observation_from_the_belief_training_gives_it(state_setup):
+    """The world model's rollout resets at an is_first record (state, belief, action zeroed,
+    then the prior's step); the acting policy starts each episode from that same belief."""
+    cfg, env, _ = state_setup
+    models = build_models(cfg.algo, cfg.env, env, CPU)
+    with torch.no_grad():
+        for p in models.modules["prior"].parameters():  # as if trained: biases no longer zero
+            p.add_(torch.randn_like(p) * 0.1)
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        acting = env.rollout(1, models.policy(explore=False), break_when_any_done=False)
+        record = TensorDict({
+            "action": torch.randn(1, 1, 1),  # whatever the previous episode did last: ignored at a reset
+            IS_FIRST: torch.ones(1, 1, 1, dtype=torch.bool),
+            "state": torch.randn(1, 1, cfg.algo.latent_state_dim),
+            "belief": torch.randn(1, 1, cfg.algo.rssm_hidden_dim),
+            "next": {"observation": acting["observation"].reshape(1, 1, -1)},
+        }, batch_size=[1, 1])
+        trained = models.world_model(record)
+    assert not torch.equal(acting["belief"][0], torch.zeros_like(acting["belief"][0]))
+    torch.testing.assert_close(acting["belief"][0], trained["next", "belief"][0, 0])
+    # The posterior of that first observation: the same logits in both.
+    torch.testing.assert_close(acting["_posterior_logits"][0], trained["next", "posterior_logits"][0, 0])
 
 
 def test_v3_discrete_actions_are_one_hot_and_train():
@@ -313,11 +338,11 @@ def test_imagination_records_autograd_only_for_a_pathwise_actor_gradient(state_s
         actor = learner._actor_phase(latent)
         value = learner._value_phase(prepared, latent, actor.out)
         grads = torch.autograd.grad(
-            [actor.loss, value.loss],
+            [learner._weighted(actor), learner._weighted(value)],
             [p for n, p in learner.models.modules.named_parameters() if n.startswith(("actor.", "value."))],
             allow_unused=True,
         )
-        runs[recorded] = (torch.stack([actor.loss.detach(), value.loss.detach()]), grads)
+        runs[recorded] = (torch.stack([learner._weighted(actor).detach(), learner._weighted(value).detach()]), grads)
     if actor_grad == "reinforce":
         (losses_on, grads_on), (losses_off, grads_off) = runs[True], runs[False]
         torch.testing.assert_close(losses_off, losses_on, rtol=0, atol=0)
@@ -367,7 +392,7 @@ def test_a_pathwise_actor_loss_through_held_out_views_updates_as_holding_the_tra
     latent = ours._world_model_phase(ours.prepare(batch.clone())).out.detach()
     for p in ours.models.modules.parameters():
         p.grad = None
-    ours._actor_phase(latent).loss.backward()
+    ours._weighted(ours._actor_phase(latent)).backward()
     with_grad = {n.split(".")[0] for n, p in ours.models.modules.named_parameters() if p.grad is not None}
     assert with_grad == {"actor"}
 
@@ -394,8 +419,10 @@ def _reinforce_actor_and_value(learner, prepared, latent, *, upstream: bool):
         loss.__class__ = OneCriticPassDreamerV3ActorLoss
         loss.retnorm.load_state_dict(retnorm)
     params = [p for n, p in learner.models.modules.named_parameters() if n.startswith(("actor.", "value."))]
-    grads = torch.autograd.grad([actor.loss, value.loss], params, allow_unused=True)
-    return torch.stack([*actor.metrics, *value.metrics]).detach(), actor.out.get("lambda_target"), grads, calls
+    grads = torch.autograd.grad([learner._weighted(actor), learner._weighted(value)], params, allow_unused=True)
+    metrics = [v.reshape(()) for part in (actor.losses, actor.metrics, value.losses, value.metrics)
+               for v in part.values()]
+    return torch.stack(metrics).detach(), actor.out.get("lambda_target"), grads, calls
 
 
 @pytest.mark.parametrize("discrete", [False, True])

@@ -224,7 +224,8 @@ def test_actor_raises_the_imagined_return_on_a_frozen_world_model(algo, pixels, 
     learner, env, batch = _learner_on_fixed_batch(cfg)
     try:
         for _ in range(PRETRAIN_UPDATES):
-            learner._step({"world_model": learner._world_model_phase(learner.prepare(batch.clone())).loss})
+            world_model = learner._world_model_phase(learner.prepare(batch.clone()))
+            learner._step({"world_model": learner._weighted(world_model)})
         world_model = {id(p): p.detach().clone() for p in learner.params["world_model"]}
         torch.manual_seed(1)
         with torch.no_grad():
@@ -234,7 +235,7 @@ def test_actor_raises_the_imagined_return_on_a_frozen_world_model(algo, pixels, 
         for _ in range(ACTOR_UPDATES):
             actor = learner._actor_phase(start)
             value = learner._value_phase(prepared, start, actor.out)
-            learner._step({"actor": actor.loss, "value": value.loss})  # as update() steps them
+            learner._step({"actor": learner._weighted(actor), "value": learner._weighted(value)})  # as update() does
             learner._after_value_step()
         reward_after, lambda_after, action_after = _imagined(learner, start)
     finally:

@@ -69,7 +69,7 @@ def _poison(hook):
     """A phase hook whose loss is NaN (NaN gradients for every parameter it reaches)."""
     def poisoned(*args):
         out = hook(*args)
-        return PhaseOut(out.loss * float("nan"), out.metrics, out.out)
+        return PhaseOut({name: loss * float("nan") for name, loss in out.losses.items()}, out.metrics, out.out)
     return poisoned
 
 

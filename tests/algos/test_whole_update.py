@@ -14,7 +14,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from dreamer.algos import update_paths
-from dreamer.algos.update_paths import resolve_update_path
+from dreamer.algos.update_paths import UpdatePath, make_update_path, resolve_update_path
 from dreamer.envs.factory import close_env, make_env
 from dreamer.errors import UserError
 from tests.algos.update_helpers import (
@@ -91,7 +91,7 @@ def learners(request):
 @pytest.mark.slow
 def test_whole_update_is_one_graph_without_host_reads_and_gives_the_card_paths_numbers(learners, monkeypatch):
     card, whole, recorder, batch, _ = learners
-    assert card.update_path == "card" and whole.update_path == "whole"
+    assert card.update_path is UpdatePath.LOSSES and whole.update_path is UpdatePath.WHOLE
     assert len(recorder.graphs) == 1 and not counters["graph_break"], dict(counters["graph_break"])
     assert recorder.host_reads() == []
     calls = CallCounter()
@@ -146,9 +146,30 @@ def test_captured_updates_need_cuda_and_whole_updates_need_compile():
         resolve_update_path(v3_config(update="captured").compile, CPU)
     with pytest.raises(UserError, match="compile.update=whole .* compile.enabled=false"):
         v3_config(update="whole", compiled=False)
+
+
+def test_auto_captures_the_eager_update_on_cuda_and_compiles_the_losses_on_the_cpu():
+    """By measurement (docs/PERFORMANCE.md): on CUDA the captured eager body (its compiled
+    body has not yet run on a GPU), on the CPU the compiled losses."""
     cfg = v3_config(update="auto", compiled=True)
-    assert resolve_update_path(cfg.compile, CPU) == "card"
-    assert resolve_update_path(cfg.compile, torch.device("cuda")) == "card"
+    assert resolve_update_path(cfg.compile, CPU) is UpdatePath.LOSSES
+    assert resolve_update_path(cfg.compile, torch.device("cuda")) is UpdatePath.CAPTURED
+    env = make_env(cfg.env, cfg.algo, seed=0)
+    try:
+        learner = v3_learner(cfg, env)
+    finally:
+        close_env(env)
+    on_cuda = make_update_path(learner, cfg.compile, torch.device("cuda"))  # built, not run: no CUDA needed
+    assert on_cuda.path is UpdatePath.CAPTURED and not on_cuda.compile_cfg.enabled
+    assert learner.update_path is UpdatePath.LOSSES and learner.compile_cfg.enabled
+
+
+def test_the_old_name_of_the_compiled_losses_path_is_refused_naming_the_new_one():
+    from dreamer.config import load_config
+
+    with pytest.raises(UserError) as err:
+        load_config({"compile": {"update": "card"}})
+    assert str(err.value) == "compile.update=card was renamed: use compile.update=losses"
 
 
 def test_dreamer_v1_refuses_a_compiled_whole_update_in_one_line():
@@ -162,7 +183,7 @@ def test_dreamer_v1_refuses_a_compiled_whole_update_in_one_line():
         models = build_models(cfg.algo, cfg.env, env, CPU)
     finally:
         close_env(env)
-    with pytest.raises(UserError, match="dreamer_v1's cannot be one graph .*Adam.step.*compile.update=card"):
+    with pytest.raises(UserError, match="dreamer_v1's cannot be one graph .*Adam.step.*compile.update=losses"):
         DreamerV1Learner(cfg.algo, cfg.compile, models, CPU, batch_size=2, batch_length=5)
 
 

@@ -16,7 +16,7 @@ from tests.support.configs import tiny_config
 CPU = torch.device("cpu")
 
 
-def v3_config(*, discrete: bool = False, pixels: bool = False, update: str = "card", compiled: bool = False):
+def v3_config(*, discrete: bool = False, pixels: bool = False, update: str = "losses", compiled: bool = False):
     """The tiny V3 config (batch 2 x 5, horizon 3); ``compiled``: torch.compile with
     the eager backend (dynamo's graphs, eager kernels: the eager path's random draws)."""
     env = {"name": "CartPole-v1", "action_repeat": 1} if discrete else {}

@@ -65,8 +65,9 @@ BAD_INPUTS = {
     # load_config: values and cross-field rules
     "mode with options": (["compile.mode=default"], "compile.mode=default and compile.options are both set"),
     "negative size": (["buffer.capacity=-5"], "buffer.capacity=-5 must be > 0"),
-    "sequence longer than episode": (["buffer.batch_length=500"],
-                                     "buffer.batch_length=500 is longer than env.max_episode_steps=100"),
+    "repval gradient without the joint update": (
+        ["algo.joint_update=false"],
+        "algo.repval_grad=true trains the world model from the replay-value loss, which only the joint update can"),
     "size preset with V1": (["experiment=small_v1", "model=size12m"],
                             "model=size12m is a DreamerV3 size preset, but algo.name=dreamer_v1: add algo=dreamer_v3"),
     "key of the other algorithm": (["experiment=small_v1", "algo.free_bits=2"],

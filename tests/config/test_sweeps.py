@@ -42,7 +42,8 @@ def test_sweep_command_runs_dreamer_with_hydra_overrides(path):
     command = sweep["command"]
     assert command[command.index("-m") + 1] == "dreamer"
     assert command[-1] == "${args_no_hyphens}"
-    assert sweep["metric"]["name"] in ("eval_return_mean", "updates_per_s", "frames_per_s")
+    metrics = ("eval_sample_return_mean", "eval_mode_return_mean", "updates_per_s", "frames_per_s")
+    assert sweep["metric"]["name"] in metrics
     assert "logger=wandb" in command
 
 

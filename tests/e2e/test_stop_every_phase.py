@@ -65,7 +65,7 @@ def test_a_sigterm_during_an_evaluation_abandons_it_after_the_checkpoint_it_foll
             proc.kill()
     assert latency < STOP_WITHIN_S, f"{latency:.1f} s"
     assert "evaluation abandoned" in _log(run_dir)
-    assert not [m for m in read_metrics(run_dir) if "eval_return_mean" in m]  # nothing half-done was logged
+    assert not [m for m in read_metrics(run_dir) if "eval_sample_return_mean" in m]  # nothing half-done was logged
     saved = ckpt.load_latest(run_dir)
     assert saved["counters"]["updates"] == 20 and saved["cadence"]["eval_due"]["last"] == 0  # still owed
 

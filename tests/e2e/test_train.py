@@ -14,7 +14,7 @@ from tests.support import wandb_records
 from tests.support.processes import FAST_TRAIN_RATIO, read_metrics, run_dreamer
 
 SUMMARY_KEYS = {
-    "frames", "updates", "wall_s", "updates_per_s", "frames_per_s", "eval_return_mean",
+    "frames", "updates", "wall_s", "updates_per_s", "frames_per_s", "eval_policy", "eval_return_mean",
     "eval_return_std", "eval_episodes", "compile_warmup_s",
 }
 
@@ -65,7 +65,7 @@ def test_smoke_run_leaves_summary_metrics_checkpoint_and_videos(smoke_run: Path)
     metrics = read_metrics(smoke_run)
     assert all({"frames", "updates"} <= m.keys() for m in metrics)
     assert any("loss_model_reco" in m for m in metrics)
-    assert any("eval_return_mean" in m for m in metrics)
+    assert any("eval_sample_return_mean" in m for m in metrics)  # eval.policy=sample, named so
     # The training curve: 300 agent steps hold six 50-step episodes, the last may end after the last record.
     assert 5 <= sum(m.get("train_episodes", 0) for m in metrics) <= 6
     assert all(m["train_episode_length"] == 50 for m in metrics if "train_episodes" in m)
@@ -129,7 +129,7 @@ def test_wandb_run_offline_without_an_account_carries_config_tags_curve_and_vide
     assert (run_dir / "learning_curve.png").exists()
     (records,) = offline.glob("*.wandb")
     data = records.read_bytes()
-    for text in (b"ci-group", b"ci-tag", b"imagination_horizon", b"eval_return_mean", b"loss_model_kl"):
+    for text in (b"ci-group", b"ci-tag", b"imagination_horizon", b"eval_sample_return_mean", b"loss_model_kl"):
         assert text in data, text
     # One history row per metrics.jsonl record (plus one per video / image), x axis env frames.
     metrics = read_metrics(run_dir)
@@ -196,7 +196,7 @@ def test_dreamer_v3_tiny_run_trains_evaluates_and_resumes(tmp_path):
     assert summary["frames"] >= 300 and summary["updates"] > 0
     metrics = read_metrics(run_dir)
     assert any("loss_model_dynamic" in m and "return_scale" in m for m in metrics)
-    assert any("eval_return_mean" in m for m in metrics)
+    assert any("eval_sample_return_mean" in m for m in metrics)  # eval.policy=sample, named so
     assert list((run_dir / "checkpoints").glob("ckpt_*.pt"))
     assert not list(run_dir.glob("videos/openloop_*"))  # state observations: no images to imagine
 

@@ -95,12 +95,12 @@ def test_a_failed_background_compile_reports_its_error_and_a_running_one_can_be_
 def test_only_single_process_compiled_runs_compile_in_the_background():
     cfg = tiny_config()
     cfg.compile.enabled = True
-    assert compiles_in_background(cfg, Ranks())
-    assert not compiles_in_background(cfg, Ranks(rank=0, world_size=2, local_rank=0))
+    assert compiles_in_background(cfg.compile, Ranks())
+    assert not compiles_in_background(cfg.compile, Ranks(rank=0, world_size=2, local_rank=0))
     cfg.compile.background = False
-    assert not compiles_in_background(cfg, Ranks())
+    assert not compiles_in_background(cfg.compile, Ranks())
     cfg.compile.enabled, cfg.compile.background = False, True
-    assert not compiles_in_background(cfg, Ranks())
+    assert not compiles_in_background(cfg.compile, Ranks())
 
 
 class FakeBackground:

@@ -40,7 +40,7 @@ def test_a_run_stopped_during_the_prefill_resumes_with_the_random_steps_it_lacks
     resumed = build_run(dataclasses.replace(cfg, resume=str(tmp_path)), tmp_path / "hydra")
     try:
         assert resumed.counters.steps == 30 and resumed.counters.updates == 0
-        assert len(resumed.replay) == (30 if replay_saved else 0)
+        assert len(resumed.replay) == (31 if replay_saved else 0)  # 30 steps and the episode's reset record
         assert resumed.collector.collector.init_random_frames == random_left  # was 0: the untrained policy acted
     finally:
         resumed.close()

@@ -23,6 +23,7 @@ def _steps(n: int, start: int, traj: int = 0) -> TensorDict:
     """n collected steps of one trajectory, every value telling which step it is."""
     index = torch.arange(start, start + n)
     return TensorDict({
+        OBS: (index.float() - 1).unsqueeze(-1).expand(n, 64).contiguous(),  # the reset's at step 0
         ("next", OBS): index.float().unsqueeze(-1).expand(n, 64).contiguous(),
         "action": index.float().unsqueeze(-1),
         ("next", "reward"): -index.float().unsqueeze(-1),

@@ -9,10 +9,7 @@ import threading
 import time
 
 import pytest
-import torch
-from tensordict import TensorDict
 
-from dreamer.errors import UserError
 from dreamer.report.evaluation import EvalResult
 from dreamer.run import checkpoint as ckpt
 from dreamer.run import trainer as trainer_module
@@ -35,7 +32,7 @@ def handlers_restored():
 
 
 def _evaluations(run) -> list[int]:
-    return [r["updates"] for r in run.logger.records if "eval_return_mean" in r]
+    return [r["updates"] for r in run.logger.records if "eval_sample_return_mean" in r]
 
 
 # -- item 1: a run that cannot learn still ends ---------------------------------------------
@@ -184,40 +181,6 @@ def test_random_frames_owed_after_a_resume(state, left):
     from dreamer.run.state import random_frames_left
 
     assert random_frames_left(100, state) == left
-
-
-# -- item 11: episodes shorter than the sequences ------------------------------------------------
-
-
-def test_the_samplers_failure_on_short_episodes_is_one_line(tmp_path):
-    run, calls = fake_run(tmp_path)
-
-    def sample():
-        raise RuntimeError("Did not find a single trajectory with sufficient length (length range: 3 - 7 / "
-                           "required=5)).")
-
-    run.replay.sample = sample
-    with pytest.raises(UserError) as err:
-        Trainer(run).run()
-    assert str(err.value) == (
-        f"no episode in the replay is as long as buffer.batch_length={run.cfg.buffer.batch_length} agent steps "
-        "(the longest holds 7 steps): the env ends its episodes sooner; set buffer.batch_length shorter than its "
-        "episodes")
-    assert torn_down_once(calls)
-
-
-def test_a_real_replay_of_short_episodes_fails_to_sample_in_one_line():
-    from dreamer.config import BufferConfig
-    from dreamer.data.replay import TRAJ_KEY, explain_short_episodes, make_replay_buffer
-
-    replay = make_replay_buffer(BufferConfig(capacity=100, batch_size=2, batch_length=10, prefetch=0),
-                                torch.device("cpu"))
-    steps = 40
-    replay.extend(TensorDict({"observation": torch.zeros(steps, 3), TRAJ_KEY: torch.arange(steps) // 5},
-                             batch_size=[steps]))  # eight 5-step episodes
-    with pytest.raises(UserError, match=r"as long as buffer.batch_length=10 agent steps \(the longest holds 5 steps\)"):
-        with explain_short_episodes(10):
-            replay.sample()
 
 
 @pytest.mark.parametrize("requeue", [False, True], ids=["stopped", "preempted"])

@@ -13,6 +13,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from dreamer.algos.update_paths import UpdatePath
+from dreamer.config import CompileConfig
 from dreamer.data.supervisor import WorkerDied
 from dreamer.report.evaluation import EvalResult
 from dreamer.run import checkpoint as ckpt
@@ -58,6 +60,9 @@ class FakeReplay:
     def __len__(self):
         return self.size
 
+    def can_sample(self):
+        return self.size > 0
+
     def sample(self):
         return None
 
@@ -66,7 +71,8 @@ class FakeReplay:
 
 
 class FakeLearner:
-    update_path = "card"
+    update_path = UpdatePath.LOSSES
+    compile_cfg = CompileConfig()
 
     def __init__(self, calls: Counter, fail_at_update=None):
         self.calls, self.fail_at_update = calls, fail_at_update

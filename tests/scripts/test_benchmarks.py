@@ -64,7 +64,7 @@ def test_an_update_path_the_schema_lacks_is_skipped_with_a_reason(monkeypatch):
     assert not harness.schema_has("compile.no_such_key") and not harness.schema_has("seed.no_such_key")
 
     monkeypatch.setattr(harness, "schema_has", lambda key: False)
-    assert harness.update_path_overrides("card") == ([], None)  # today's learner is the card path
+    assert harness.update_path_overrides("losses") == ([], None)  # a checkout without the key: compiled losses
     overrides, why = harness.update_path_overrides("captured")
     assert overrides == [] and harness.UPDATE_PATH_KEY in why and "captured" in why
 

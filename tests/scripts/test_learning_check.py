@@ -46,7 +46,7 @@ def test_a_run_stops_at_its_time_budget_and_the_check_judges_its_evals(tmp_path)
     assert summary["frames"] < 100_000_000 and summary["eval_episodes"] == 1  # final eval ran
     assert summary["wall_s"] >= 60 * BUDGET_MIN  # the budget was spent; finished_by says the clock ended it
     evals = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    evals = [r for r in evals if "eval_return_mean" in r]
+    evals = [r for r in evals if "eval_sample_return_mean" in r]
     assert evals and all("wall_s" in r for r in evals)
     report = json.loads((out / "learning_check.json").read_text())
     seed = report["seeds"][0]

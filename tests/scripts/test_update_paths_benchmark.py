@@ -20,26 +20,26 @@ def load():
 
 def test_help_names_every_path():
     out = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, check=True).stdout
-    for path in ("eager", "card", "whole", "captured", "captured_eager"):
+    for path in ("eager", "losses", "whole", "captured", "captured_eager"):
         assert path in out
 
 
-def test_the_summary_is_the_median_round_and_the_speed_against_the_card_path():
+def test_the_summary_is_the_median_round_and_the_speed_against_the_compiled_losses_path():
     bench = load()
     rounds = {
-        "card": [{"wall_s": s, "compile_s": 30.0} for s in (0.10, 0.12, 0.30)],
+        "losses": [{"wall_s": s, "compile_s": 30.0} for s in (0.10, 0.12, 0.30)],
         "whole": [{"wall_s": s, "compile_s": 40.0} for s in (0.05, 0.06, 0.50)],
     }
     summary = bench.summarize(rounds)
-    assert summary["card_s"] == 0.12 and summary["whole_s"] == 0.06
-    assert summary["whole_vs_card"] == pytest.approx(2.0)
-    assert "card_vs_card" not in summary
-    assert summary["whole_round_s"] == [0.05, 0.06, 0.50] and summary["card_compile_s"] == [30.0] * 3
+    assert summary["losses_s"] == 0.12 and summary["whole_s"] == 0.06
+    assert summary["whole_vs_losses"] == pytest.approx(2.0)
+    assert "losses_vs_losses" not in summary
+    assert summary["whole_round_s"] == [0.05, 0.06, 0.50] and summary["losses_compile_s"] == [30.0] * 3
 
 
 def test_each_path_is_the_config_it_names():
     bench = load()
-    assert bench.path_overrides("eager") == ["compile.enabled=false", "compile.update=card"]
+    assert bench.path_overrides("eager") == ["compile.enabled=false", "compile.update=losses"]
     assert "compile.update=whole" in bench.path_overrides("whole")
     assert "compile.background=false" in bench.path_overrides("captured")
     captured_eager = bench.compose(bench.path_overrides("captured_eager") + ["device=cuda"])

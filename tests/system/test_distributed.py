@@ -42,7 +42,7 @@ def test_each_rank_and_worker_collects_from_its_own_env_seed(monkeypatch):
         def __init__(self, factories, **kwargs):
             self.factories = factories
 
-    monkeypatch.setattr(collectors, "SchemeClosingMultiAsyncCollector", FakeMulti)
+    monkeypatch.setattr(collectors, "WorkerCollector", FakeMulti)
     cfg = Config()
     first_obs = {}
     for rank in (0, 1):

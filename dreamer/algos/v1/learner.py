@@ -41,7 +41,7 @@ class DreamerV1Learner(BaseLearner):
     # torch.optim.Adam.step breaks dynamo's graph on purpose (torch/optim/optimizer.py
     # _use_grad); a step through the functional torch.optim.adam.adam(fused=True,
     # found_inf=...), with its state created beforehand, would lift it. The eager update
-    # has no such break: it can be captured (compile=off compile.update=captured).
+    # has no such break: it can be captured (compile=off compile.update=captured, and compile.update=auto on CUDA).
     NO_COMPILED_WHOLE_UPDATE = "torch.optim.Adam.step breaks the graph on purpose"
 
     def __init__(
@@ -57,9 +57,8 @@ class DreamerV1Learner(BaseLearner):
     ):
         a = algo_cfg
         obs_key = models.obs_key
-        self.world_model_loss = DreamerModelLoss(
-            models.world_model, lambda_kl=a.kl_scale, free_nats=a.free_nats
-        )
+        # Unscaled terms: the learner weighs them (loss_scales).
+        self.world_model_loss = DreamerModelLoss(models.world_model, lambda_kl=1.0, free_nats=a.free_nats)
         self.world_model_loss.set_keys(pixels=obs_key, reco_pixels="reco_" + obs_key)
         # The critic the lambda-returns bootstrap from: the trained one (the paper), through
         # a held-out view of its weights, or a slow copy of it that no optimiser holds
@@ -86,6 +85,10 @@ class DreamerV1Learner(BaseLearner):
             algo_cfg, compile_cfg, models, device,
             batch_size=batch_size, batch_length=batch_length, autocast_dtype=autocast_dtype,
             params=params,
+            loss_scales={
+                "loss_model_kl": a.kl_scale, "loss_model_reco": 1.0, "loss_model_reward": 1.0,
+                "loss_actor": 1.0, "loss_value": 1.0,
+            },
             optimizers={name: _adam(p, lrs[name], a.adam_eps) for name, p in params.items()},
             nonfinite_policy=SkipInStep(),
             grad_clip=a.grad_clip,
@@ -107,18 +110,17 @@ class DreamerV1Learner(BaseLearner):
     # -- the phases -------------------------------------------------------------
     def _world_model_phase(self, batch: TensorDictBase) -> PhaseOut:
         wm_td, latent = self.world_model_loss(batch)  # latent: (B, T) posterior states
-        loss = wm_td["loss_model_kl"] + wm_td["loss_model_reco"] + wm_td["loss_model_reward"]
-        parts = [wm_td[k].squeeze() for k in ("loss_model_kl", "loss_model_reco", "loss_model_reward")]
-        return PhaseOut(loss, parts, latent)
+        names = ("loss_model_kl", "loss_model_reco", "loss_model_reward")
+        return PhaseOut({k: wm_td[k].squeeze() for k in names}, {}, latent)
 
     def _actor_phase(self, latent: TensorDictBase) -> PhaseOut:
         # Imagination starts from every posterior state: (B, T) -> (B*T,).
         actor_td, imagined = self.loss_fns["actor"](latent.reshape(-1))
-        return PhaseOut(actor_td["loss_actor"], [actor_td["loss_actor"].squeeze()], imagined)
+        return PhaseOut({"loss_actor": actor_td["loss_actor"].squeeze()}, {}, imagined)
 
     def _value_phase(self, batch: TensorDictBase, latent: TensorDictBase, imagined: TensorDictBase) -> PhaseOut:
         value_td, _ = self.loss_fns["value"](imagined)
-        return PhaseOut(value_td["loss_value"], [value_td["loss_value"].squeeze()])
+        return PhaseOut({"loss_value": value_td["loss_value"].squeeze()}, {})
 
     def _after_value_step(self) -> None:
         if self.slow_value is not None:

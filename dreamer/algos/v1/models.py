@@ -11,7 +11,8 @@ One set of ``nn.Module`` weights, wired four ways:
 Key layout (B = batch, T = time):
   ("next", obs)        (B, T, 3, 64, 64) float | (B, T, 1, 1, D) float
   action               (B, T, A)
-  state, belief        (B, T, S), (B, T, H)  zeros in, posterior out
+  is_first             (B, T, 1) bool: the record is an episode's first observation
+  state, belief        (B, T, S), (B, T, H)  zeros in (step 0 read), posterior out
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from dreamer.algos.policy import ActingPolicy
 from dreamer.config import DreamerV1Config, EnvConfig
 from dreamer.data.transforms import PixelPreprocess
 from dreamer.envs.factory import is_discrete
-from dreamer.envs.keys import PIXELS_KEY, observation_key
+from dreamer.envs.keys import IS_FIRST, PIXELS_KEY, observation_key
 from torchrl_ext import (
     CacheableRSSMPrior,
     FixedBoundsTanhNormal,
@@ -84,6 +85,14 @@ class DreamerV1Models(ActingPolicy):
 
     def exploration_step(self, explore: bool) -> TensorDictModule | None:
         return self.exploration if explore else None
+
+    @property
+    def state_dim(self) -> int:
+        return self.modules["prior"].state_dim
+
+    @property
+    def action_dim(self) -> int:
+        return self.modules["prior"].action_shape[-1]
 
 
 def _action_bounds(env: EnvBase) -> tuple[torch.Tensor, torch.Tensor]:
@@ -262,6 +271,8 @@ def _world_model(modules: nn.ModuleDict, wm_encoder: nn.Module, wm_decoder: nn.M
             modules["posterior"], in_keys=[("next", "belief"), ("next", "encoded_latents")],
             out_keys=[("next", "posterior_mean"), ("next", "posterior_std"), ("next", "state")],
         ),
+        # Sequences run across episode ends: state, belief and action zeroed where one starts.
+        reset_key=IS_FIRST,
     )
     return WorldModelWrapper(
         TensorDictSequential(

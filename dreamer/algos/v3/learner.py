@@ -1,5 +1,12 @@
 """Dreamer V3 learner: TorchRL's V3 losses and LaProp/AGC optimiser (skipping
-non-finite steps on the device) (the skeleton: dreamer/algos/learner.py)."""
+non-finite steps on the device) (the skeleton: dreamer/algos/learner.py).
+
+The losses and their scales are the reference's (danijar/dreamerv3's
+``loss_scales``): the world model's dynamics and representation KL (between
+1%-unimixed categoricals), reconstruction, reward and continue terms, the actor's,
+the critic's on imagined returns and on replayed sequences (repval); by default
+in the reference's order, one backward of their sum (``algo.joint_update``), where
+the replay-value loss also trains the world model (``algo.repval_grad``)."""
 
 from __future__ import annotations
 
@@ -44,6 +51,28 @@ def _use_reinforce(actor_grad: str, discrete: bool) -> bool:
     return actor_grad == "reinforce" or discrete
 
 
+def _world_model_loss(a: DreamerV3Config, models: DreamerV3Models, device: torch.device, *,
+                      keep_graph: bool) -> DreamerV3ModelLoss:
+    """TorchRL's V3 world-model loss with every term unscaled (every lambda 1, the continue
+    term on: the learner weighs them); ``keep_graph``: its posteriors keep their graph (the
+    replay-value loss then trains the world model)."""
+    loss = DreamerV3ModelLoss(
+        models.world_model,
+        kl_mode="separate",  # the paper's dynamics and representation terms
+        lambda_dynamic=1.0,
+        lambda_representation=1.0,
+        free_bits=a.free_bits,
+        unimix=a.unimix,  # the KL between 1%-unimixed distributions, as the reference takes it
+        lambda_continue=1.0,
+        # Vectors: squared error in symlog space; pixels: plain squared error.
+        reco_symlog=models.obs_key != PIXELS_KEY,
+        num_reward_bins=a.num_bins,
+        detach_output=not keep_graph,
+    ).to(device)
+    loss.set_keys(pixels=models.obs_key, reco_pixels="reco_" + models.obs_key)
+    return loss
+
+
 class DreamerV3Learner(BaseLearner):
     METRIC_NAMES = METRIC_NAMES
 
@@ -59,23 +88,12 @@ class DreamerV3Learner(BaseLearner):
         autocast_dtype: torch.dtype | None = None,
     ):
         a = algo_cfg
-        obs_key = models.obs_key
         reinforce = _use_reinforce(a.actor_grad, models.discrete)
         # A REINFORCE actor loss differentiates nothing through the imagined
         # trajectory: the rollout need not record autograd (same values).
         models.model_based_env.rollout_gradients = not reinforce
-        self.world_model_loss = DreamerV3ModelLoss(
-            models.world_model,
-            kl_mode="separate",  # the paper's dynamics and representation terms
-            lambda_dynamic=a.dyn_loss_scale,
-            lambda_representation=a.rep_loss_scale,
-            free_bits=a.free_bits,
-            lambda_continue=1.0,
-            # Vectors: squared error in symlog space; pixels: plain squared error.
-            reco_symlog=obs_key != PIXELS_KEY,
-            num_reward_bins=a.num_bins,
-        ).to(device)
-        self.world_model_loss.set_keys(pixels=obs_key, reco_pixels="reco_" + obs_key)
+        self.repval_grad = a.repval_grad and a.replay_value_scale > 0
+        self.world_model_loss = _world_model_loss(a, models, device, keep_graph=self.repval_grad)
         # REINFORCE: one critic pass over the imagined states serves the returns,
         # the baseline and the value loss (upstream's loss makes three).
         self.actor_loss = OneCriticPassDreamerV3ActorLoss(
@@ -110,6 +128,11 @@ class DreamerV3Learner(BaseLearner):
             algo_cfg, compile_cfg, models, device,
             batch_size=batch_size, batch_length=batch_length, autocast_dtype=autocast_dtype,
             params=params,
+            loss_scales={
+                "loss_model_dynamic": a.dyn_loss_scale, "loss_model_representation": a.rep_loss_scale,
+                "loss_model_reco": 1.0, "loss_model_reward": 1.0, "loss_model_continue": 1.0,
+                "loss_actor": 1.0, "loss_value": 1.0, "loss_replay_value": a.replay_value_scale,
+            },
             optimizers={
                 name: SkippableDreamerV3Optimizer(
                     p, lr=lrs[name], agc=a.agc, eps=a.adam_eps, warmup_steps=a.lr_warmup_steps
@@ -123,6 +146,7 @@ class DreamerV3Learner(BaseLearner):
                 "actor": self.actor_loss, "value": self.value_loss,
                 "replay_value": self.value_loss.replay_value_loss,
             },
+            joint_update=a.joint_update,
         )
 
     # -- data -----------------------------------------------------------------
@@ -137,54 +161,51 @@ class DreamerV3Learner(BaseLearner):
 
     @staticmethod
     def _start_states(latent: TensorDictBase) -> TensorDictBase:
-        """Every posterior (B, T) -> (B*T,) imagination start states."""
-        return latent.get("next").select("state", "belief").reshape(-1)
+        """Every posterior (B, T) -> (B*T,) imagination start states, no gradient to the
+        world model (the reference's ``ac_grads: False``)."""
+        return latent.get("next").select("state", "belief").reshape(-1).detach()
 
     # -- compile --------------------------------------------------------------
-    def _compile_card(self) -> None:
+    def compile_losses(self, compile_fn) -> None:
         """The losses, and one RSSM step of the world model (compile.rssm_step):
         the loop over time stays eager and calls the compiled step."""
-        super()._compile_card()
+        super().compile_losses(compile_fn)
         cc = self.compile_cfg
         if cc.enabled and cc.rssm_step:
             self.models.rollout.compile_rollout("step", **rssm_step_compile_kwargs(cc))
 
-    def warmup(self, batch: TensorDictBase) -> float:
-        # The warm-up must not move the return-normalisation statistics.
-        retnorm = {k: v.clone() for k, v in self.actor_loss.retnorm.state_dict().items()}
-        seconds = super().warmup(batch)
-        self.actor_loss.retnorm.load_state_dict(retnorm)
-        return seconds
+    def _statistics(self) -> list[torch.Tensor]:
+        return list(self.actor_loss.retnorm.state_dict().values())
 
     # -- the phases -------------------------------------------------------------
     def _world_model_phase(self, batch: TensorDictBase) -> PhaseOut:
         wm_td, latent = self.world_model_loss(batch)  # latent: (B, T) posterior states
-        wm_losses = [wm_td[k].squeeze() for k in WORLD_MODEL_LOSSES]
-        return PhaseOut(sum(wm_losses), wm_losses, latent)
+        return PhaseOut({k: wm_td[k].squeeze() for k in WORLD_MODEL_LOSSES}, {}, latent)
 
     def _actor_phase(self, latent: TensorDictBase) -> PhaseOut:
         actor_td, imagined = self.loss_fns["actor"](self._start_states(latent))
-        metrics = [actor_td["loss_actor"], actor_td["actor_entropy"], actor_td["return_scale"]]
-        return PhaseOut(actor_td["loss_actor"], metrics, imagined)
+        metrics = {"actor_entropy": actor_td["actor_entropy"], "return_scale": actor_td["return_scale"]}
+        return PhaseOut({"loss_actor": actor_td["loss_actor"]}, metrics, imagined)
 
     def _value_phase(self, batch: TensorDictBase, latent: TensorDictBase, imagined: TensorDictBase) -> PhaseOut:
-        """Imagined value loss plus the weighted replay loss."""
+        """The critic's loss on imagined returns and on replayed sequences."""
         value_td, _ = self.loss_fns["value"](imagined)
-        scale = self.algo_cfg.replay_value_scale
-        if scale == 0:
+        if self.algo_cfg.replay_value_scale == 0:
             replay = torch.zeros((), device=self.device)
-            loss = value_td["loss_value"]
         else:
             replay = self._replay_value_loss(batch, latent, imagined)
-            loss = value_td["loss_value"] + scale * replay
-        return PhaseOut(loss, [value_td["loss_value"], value_td["value_slow_loss"], replay])
+        losses = {"loss_value": value_td["loss_value"], "loss_replay_value": replay}
+        return PhaseOut(losses, {"value_slow_loss": value_td["value_slow_loss"]})
 
     def _replay_value_loss(self, batch: TensorDictBase, latent: TensorDictBase,
                            imagined: TensorDictBase) -> torch.Tensor:
         """The critic on replayed sequences: lambda-returns along the real rewards,
         bootstrapped from each state's own imagined return (the paper's repval).
-        Features are detached: the world model learns from its own loss only."""
-        replay = latent.get("next").select("state", "belief").detach()  # (B, T, S), (B, T, H)
+        With ``algo.repval_grad`` its gradient reaches the world model through the
+        posterior features, as the reference's does; otherwise they are detached."""
+        replay = latent.get("next").select("state", "belief")  # (B, T, S), (B, T, H)
+        if not self.repval_grad:
+            replay = replay.detach()
         # lambda_target (B*T, H, 1): step 0 is the return imagined from that replay state.
         bootstrap = imagined.get("lambda_target")[:, 0, 0].reshape(replay.shape)  # (B, T)
         replay.set("bootstrap", bootstrap)

@@ -12,7 +12,8 @@ One set of ``nn.Module`` weights (``modules``), wired four ways, as in V1
 
 V3 specifics: symlog on vector inputs and reconstructions, categorical latents
 (num_categoricals x num_classes one-hots, unimix), two-hot reward and value
-heads over ``num_bins`` symexp-spaced bins, RMS-normalised SiLU MLPs.
+heads over ``num_bins`` symexp-spaced bins, RMS-normalised SiLU MLPs, a policy
+head at 1% output scale (a plain categorical for discrete actions).
 
 Continuous actions: the actor acts in [-1, 1] (what the world model and
 imagination see); only the acting policy maps them to the env's bounds, and the
@@ -21,7 +22,8 @@ learner maps stored env actions back (``to_unit_actions``).
 Key layout (B = batch, T = time, S = num_categoricals * num_classes):
   ("next", obs)        (B, T, C, 64, 64) float in [0, 1] | (B, T, D) float
   action               (B, T, A) in [-1, 1] (continuous) or one-hot
-  state, belief        (B, T, S), (B, T, H)  zeros in, posterior out
+  is_first             (B, T, 1) bool: the record is an episode's first observation
+  state, belief        (B, T, S), (B, T, H)  zeros in (step 0 read), posterior out
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from dreamer.algos.policy import ActingPolicy
 from dreamer.config import DreamerV3Config, EnvConfig
 from dreamer.data.transforms import PixelPreprocess
 from dreamer.envs.factory import is_discrete
-from dreamer.envs.keys import PIXELS_KEY, observation_key
+from dreamer.envs.keys import IS_FIRST, PIXELS_KEY, observation_key
 from torchrl_ext import (
     BatchedRewardDreamerEnv,
     LeanRSSMRolloutV3,
@@ -71,6 +73,8 @@ IMAGE_MULTS = (2, 3, 4, 4)
 IMAGE_KERNEL = 5
 # The paper's bounds on the continuous actor's standard deviation.
 ACTOR_MIN_STD, ACTOR_MAX_STD = 0.1, 1.0
+# The reference's output scale of the policy head (TorchRL's discrete actor has it built in).
+POLICY_OUTSCALE = 0.01
 
 
 class ImaginationEnv(ScoreFunctionDreamerEnv, BatchedRewardDreamerEnv):
@@ -142,6 +146,15 @@ class DreamerV3Models(ActingPolicy):
     discrete: bool
     action_low: torch.Tensor  # env bounds (continuous); the actor's [-1, 1] maps onto them
     action_high: torch.Tensor
+
+    @property
+    def state_dim(self) -> int:
+        prior = self.modules["prior"]
+        return prior.num_categoricals * prior.num_classes
+
+    @property
+    def action_dim(self) -> int:
+        return self.action_low.shape[-1]
 
     def to_unit_actions(self, action: torch.Tensor) -> torch.Tensor:
         """Env actions (as stored in replay) -> the actor's [-1, 1]; one-hots unchanged."""
@@ -276,14 +289,17 @@ def _add_actor(modules: nn.ModuleDict, a: DreamerV3Config, action_dim: int, disc
     """The actor: unimix categorical over discrete actions, or a normal in [-1, 1]."""
     latent = _latent_dim(a)
     if discrete:
+        # A plain categorical, as the reference's policy head (its unimix mixes latents only).
         actor = DreamerV3DiscreteActor(
-            latent, action_dim, depth=a.mlp_layers, num_cells=a.hidden_dim, unimix=a.unimix,
+            latent, action_dim, depth=a.mlp_layers, num_cells=a.hidden_dim, unimix=0.0,
             in_keys=["state", "belief"], device=device,
         )
         actor[1].distribution_class = TraceableOneHotCategorical  # upstream's draws, without a graph break
         modules["actor"] = actor
         return actor
-    modules["actor"] = ContinuousActorV3(_mlp(a, latent, 2 * action_dim, device))
+    # Output layer at 1% scale, as the reference's policy head: the first actions are
+    # near tanh(0) = 0 with a wide std, not spread by random output weights.
+    modules["actor"] = ContinuousActorV3(_mlp(a, latent, 2 * action_dim, device, outscale=POLICY_OUTSCALE))
     return ProbabilisticTensorDictSequential(
         TensorDictModule(modules["actor"], in_keys=["state", "belief"], out_keys=["loc", "scale"]),
         ProbabilisticTensorDictModule(
@@ -305,8 +321,9 @@ def _rollout(modules: nn.ModuleDict) -> LeanRSSMRolloutV3:
             modules["posterior"], in_keys=[("next", "belief"), ("next", "encoded_latents")],
             out_keys=[("next", "posterior_logits"), ("next", "state")],
         ),
-        # Every sampled sequence starts from zeros (learner.prepare); no resets inside.
-        reset_key=None,
+        # State, belief and action zeroed where an episode starts (sequences run across
+        # episode ends), then the prior: the initial belief acting uses too (ActingPolicy).
+        reset_key=IS_FIRST,
     )
 
 
