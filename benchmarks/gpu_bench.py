@@ -9,8 +9,8 @@ size1m where they run, and the first update's time from process start; one comma
 Sizes (batch 16 x 64, device=cuda, bf16 autocast and TF32 as the app sets them on a GPU; all with
 algo.actor_grad=reinforce, the actor gradient of TorchRL's recipe and of the JAX reference):
   size1m    experiment=gym_state: Pendulum-v1 states
-  size12m   experiment=dmc_vision model=size12m env=pendulum_pixels: 64x64 Pendulum pixels (no dm_control)
-  size200m  experiment=dmc_vision env=pendulum_pixels
+  size12m   experiment=dmc_vision_v3 model=size12m env=pendulum_pixels: 64x64 Pendulum pixels (no dm_control)
+  size200m  experiment=dmc_vision_v3 env=pendulum_pixels
 --cpu runs tiny_states and tiny_pixels instead (experiment=small at 16 units, batch 2 x 8, device=cpu,
 compile.backend=eager: dynamo traces, inductor generates nothing) with every side that runs on a CPU, so the
 test suite keeps this script working; its figures mean nothing.
@@ -82,9 +82,9 @@ SCRIPT = Path(__file__).resolve()
 PENDULUM_PIXELS = ["env=pendulum_pixels", "env.name=Pendulum-v1"]
 SIZES = {
     "size1m": ["experiment=gym_state", "algo.actor_grad=reinforce", "device=cuda"],
-    "size12m": ["experiment=dmc_vision", "model=size12m", *PENDULUM_PIXELS, "algo.actor_grad=reinforce",
+    "size12m": ["experiment=dmc_vision_v3", "model=size12m", *PENDULUM_PIXELS, "algo.actor_grad=reinforce",
                 "device=cuda"],
-    "size200m": ["experiment=dmc_vision", *PENDULUM_PIXELS, "algo.actor_grad=reinforce", "device=cuda"],
+    "size200m": ["experiment=dmc_vision_v3", *PENDULUM_PIXELS, "algo.actor_grad=reinforce", "device=cuda"],
 }
 TINY = ["algo.actor_grad=reinforce", "buffer.batch_size=2", "buffer.batch_length=8", "algo.hidden_dim=16",
         "algo.rssm_hidden_dim=16", "algo.num_categoricals=4", "algo.num_classes=4", "algo.num_bins=15",

@@ -3,7 +3,7 @@
     python benchmarks/update.py experiment=small
     python benchmarks/update.py experiment=small buffer.batch_length=32 --threads 1 2
     python benchmarks/update.py experiment=small --compile --json out.json
-    python benchmarks/update.py experiment=atari100k --flops --warmup 0 --reps 1 --fill-steps 1024
+    python benchmarks/update.py experiment=atari100k_v3 --flops --warmup 0 --reps 1 --fill-steps 1024
 
 Builds the preset's models and learner (V1 or V3) on the CPU, fills its replay
 buffer with one real rollout of the acting policy (as the collector would), then

@@ -3,7 +3,7 @@
     python benchmarks/update_paths.py experiment=small
     python benchmarks/update_paths.py experiment=gym_state --rounds 3 --json paths.json
     python benchmarks/update_paths.py experiment=small --paths eager losses whole --threads 2
-    python benchmarks/update_paths.py experiment=dmc_vision --device cuda --paths losses captured
+    python benchmarks/update_paths.py experiment=dmc_vision_v3 --device cuda --paths losses captured
     python benchmarks/update_paths.py experiment=gym_state --device cuda --paths eager captured_eager
 
 Paths: ``eager`` (compile.enabled=false), ``losses`` (the compiled-losses path, as the CPU ships it:

@@ -32,7 +32,7 @@ when the subset passes. With CUDA it also runs:
 - ``experiment=smoke device=cuda collector.num_workers=2``: only the learner
   holds a CUDA context (its workers map no GPU); steady updates/s with
   ``compile=off`` / ``on`` x ``autocast=off`` / ``auto``;
-- ``experiment=dmc_vision model=size12m`` (V3, DMC pixels, ~200 updates):
+- ``experiment=dmc_vision_v3 model=size12m`` (V3, DMC pixels, ~200 updates):
   updates/s, first-update (compile warm-up) time, resident memory against the
   logged replay size;
 - a profiled window: no device-to-host copy or synchronize call inside the
@@ -460,7 +460,7 @@ def check_v3_pixels(workdir: Path, results: dict) -> Result:
     # where dm_control is not installed (a GPU box with only the core packages).
     has_dmc = importlib.util.find_spec("dm_control") is not None
     env = () if has_dmc else ("env=pendulum_pixels", "env.name=Pendulum-v1")
-    run_dir = workdir / ("dmc_vision_size12m" if has_dmc else "pendulum_pixels_size12m")
+    run_dir = workdir / ("dmc_vision_v3_size12m" if has_dmc else "pendulum_pixels_size12m")
     peak_rss = {"bytes": 0}
 
     def watch_rss(proc, _run_dir):
@@ -477,7 +477,7 @@ def check_v3_pixels(workdir: Path, results: dict) -> Result:
     try:
         # 1100 random agent steps fill more than one 16 x 64 batch; 0.5 updates per
         # agent step after that: about 200 updates by 1500 agent steps (3000 frames).
-        summary = run_dreamer(run_dir, "experiment=dmc_vision", "model=size12m", *env, "device=cuda",
+        summary = run_dreamer(run_dir, "experiment=dmc_vision_v3", "model=size12m", *env, "device=cuda",
                               "collector.num_workers=4", "collector.init_random_frames=1100",
                               "train.total_frames=3000", "eval.every=100000", "eval.episodes=1",
                               "checkpoint.every=100000", on_start=watch_rss, timeout=1500)

@@ -2,8 +2,8 @@
 # Train on a SLURM cluster without Hydra launchers: submit, checkpoint before the
 # time limit, requeue, resume.
 #
-#   sbatch scripts/sbatch_dreamer.sh experiment=dmc_cheetah_run seed=0
-#   RUN_DIR=/scratch/me/cheetah0 sbatch scripts/sbatch_dreamer.sh experiment=dmc_cheetah_run
+#   sbatch scripts/sbatch_dreamer.sh experiment=dmc_cheetah_run_v1 seed=0
+#   RUN_DIR=/scratch/me/cheetah0 sbatch scripts/sbatch_dreamer.sh experiment=dmc_cheetah_run_v1
 #
 # Arguments are `python -m dreamer` overrides. The run lives in $RUN_DIR (default
 # outputs/sbatch/<job id>). SLURM sends USR1 to this script 120 s before the time

@@ -26,6 +26,18 @@ def _first_line(err: BaseException) -> str:
     return next((line.strip() for line in str(err).splitlines() if line.strip()), err.__class__.__name__)
 
 
+# Presets renamed so each name says the algorithm it trains and none is also a config
+# group's option (env=dmc_proprio): old name -> new name, refused with the new one.
+RENAMED_PRESETS = {
+    "dmc_cheetah_run": "dmc_cheetah_run_v1",
+    "dmc_walker_walk": "dmc_walker_walk_v1",
+    "atari_pong": "atari_pong_v1",
+    "dmc_vision": "dmc_vision_v3",
+    "dmc_proprio": "dmc_proprio_v3",
+    "atari100k": "atari100k_v3",
+}
+
+
 def check_composition(overrides: list[str]) -> Any:
     """Compose conf/ with the user's overrides (Hydra's own settings left out); returns the composed config."""
     from hydra import compose, initialize_config_dir
@@ -41,7 +53,9 @@ def check_composition(overrides: list[str]) -> Any:
             return compose(config_name="config", overrides=mine)
     except MissingConfigException as err:
         options = ", ".join(sorted(err.options or []))
-        group = (err.missing_cfg_file or "").split("/")[0]
+        group, _, name = (err.missing_cfg_file or "").partition("/")
+        if group == "experiment" and name in RENAMED_PRESETS:
+            raise UserError(f"experiment={name} was renamed: use experiment={RENAMED_PRESETS[name]}") from None
         raise UserError(
             f"{_first_line(err)}" + (f"; choose {group}= one of: {options}" if options else "")
         ) from None

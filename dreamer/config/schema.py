@@ -117,7 +117,7 @@ class DreamerV3Config(AlgoConfig):
     rates, warm-up and horizon, chosen so a CPU learns in a few thousand
     updates; one set for every task (``experiment=small``). The paper's sizes
     are the ``model=size*`` presets (conf/model/); its rates and horizon are in
-    the published presets (``experiment=dmc_vision``, ...)."""
+    the published presets (``experiment=dmc_vision_v3``, ...)."""
 
     name: Literal["dreamer_v3"] = "dreamer_v3"
     # Small networks: a 64-unit GRU (in gru_blocks blocks) and 64-unit MLPs.

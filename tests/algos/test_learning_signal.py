@@ -79,7 +79,7 @@ def _config(algo: str, pixels: bool, env_name: str, **algo_overrides):
     cfg = tiny_config(pixels=pixels, algo=algo, name=env_name)
     a = cfg.algo
     if algo == "dreamer_v3":
-        # As tests/test_learner_v3.py: small categoricals and bins, no lr warm-up from 0.
+        # As tests/algos/test_learner_v3.py: small categoricals and bins, no lr warm-up from 0.
         a.num_categoricals, a.num_classes, a.num_bins, a.mlp_layers = 4, 4, 31, 1
         a.lr_warmup_steps, a.free_bits = 0, 0.0
     for key, value in algo_overrides.items():

@@ -22,6 +22,7 @@ from dreamer.errors import UserError
 from tests.support.configs import old_layout_config
 from tests.support.gpu_checks import CUDA_GRAPHS_ASKED
 from tests.support.paths import CONF_DIR, REPO_ROOT
+from tests.support.presets import preset_algorithms
 
 # -- plain dicts ---------------------------------------------------------------
 
@@ -242,9 +243,23 @@ def test_every_experiment_preset_composes_and_validates(compose, experiment):
     assert cfg.experiment == experiment
 
 
+OPTION_GROUPS = ("env", "logger", "compile", "buffer", "collector", "algo", "model")
+
+
+def test_no_preset_shares_a_name_with_another_groups_option():
+    # experiment=dmc_proprio beside env=dmc_proprio read as one thing; they were not.
+    shared = {(group, name) for group in OPTION_GROUPS for name in set(_names("experiment")) & set(_names(group))}
+    assert not shared, f"presets named like another group's option: {sorted(shared)}"
+
+
+@pytest.mark.parametrize("experiment", [name for name in _names("experiment") if name.endswith(("_v1", "_v3"))])
+def test_a_preset_whose_name_says_an_algorithm_trains_it(experiment):
+    assert preset_algorithms()[experiment] == f"dreamer_{experiment[-2:]}"
+
+
 @pytest.mark.parametrize(
     "group, option",
-    [(g, o) for g in ("env", "logger", "compile", "buffer", "collector", "algo") for o in _names(g)],
+    [(g, o) for g in OPTION_GROUPS if g != "model" for o in _names(g)],
 )
 def test_every_group_option_composes_and_validates(compose, group, option):
     load_config(compose([f"{group}={option}"]))  # on the base: no preset by default
@@ -554,10 +569,10 @@ def test_no_size_preset_keeps_the_algo_and_experiment_sizes(compose):
 
 @pytest.mark.parametrize(
     "experiment, size, rssm_hidden_dim, num_classes",
-    [("small", "size12m", 2048, 16), ("atari100k", "size1m", 512, 4), ("dmc_proprio", "size50m", 4096, 32)],
+    [("small", "size12m", 2048, 16), ("atari100k_v3", "size1m", 512, 4), ("dmc_proprio_v3", "size50m", 4096, 32)],
 )
 def test_a_size_preset_wins_over_any_experiments_sizes(compose, experiment, size, rssm_hidden_dim, num_classes):
-    # small keeps the schema's sizes; atari100k and dmc_proprio pick a size preset.
+    # small keeps the schema's sizes; atari100k_v3 and dmc_proprio_v3 pick a size preset.
     cfg = load_config(compose([f"experiment={experiment}", f"model={size}"]))
     assert cfg.model == size and cfg.experiment == experiment
     assert (cfg.algo.rssm_hidden_dim, cfg.algo.num_classes) == (rssm_hidden_dim, num_classes)

@@ -15,7 +15,7 @@ from hydra.core.global_hydra import GlobalHydra
 
 from dreamer.__main__ import one_line_on_user_error
 from dreamer.config import AlgoConfig, EnvConfig, load_config, register_configs
-from dreamer.config.preflight import check_command_line
+from dreamer.config.preflight import RENAMED_PRESETS, check_command_line
 from tests.support.paths import CONF_DIR
 
 
@@ -97,6 +97,14 @@ def test_bad_input_is_one_clear_line(case, tmp_path, capsys):
         overrides = overrides(tmp_path)
     line = _one_line(overrides, tmp_path, capsys)
     assert message in line, line
+
+
+@pytest.mark.parametrize("old, new", sorted(RENAMED_PRESETS.items()))
+def test_a_renamed_preset_is_one_line_naming_its_new_name(old, new, tmp_path, capsys):
+    assert (CONF_DIR / "experiment" / f"{new}.yaml").is_file()
+    assert not (CONF_DIR / "experiment" / f"{old}.yaml").exists()
+    line = _one_line([f"experiment={old}", "seed=1"], tmp_path, capsys)
+    assert line == f"error: experiment={old} was renamed: use experiment={new}"
 
 
 @pytest.mark.parametrize("backend, module, name, extra", [

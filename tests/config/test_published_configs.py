@@ -86,7 +86,7 @@ def test_a_recorded_difference_is_real_and_says_why(entry):
     assert len(entry.get("reason", "")) > 40
 
 
-@pytest.mark.parametrize("preset", ["dmc_vision", "dmc_proprio"])
+@pytest.mark.parametrize("preset", ["dmc_vision_v3", "dmc_proprio_v3"])
 def test_dmc_presets_replay_as_much_per_env_frame_as_published(compose, preset):
     # The action repeat differs on purpose (see the table); updates per env frame must not.
     cfg = compose([f"experiment={preset}"])

@@ -159,7 +159,7 @@ BAD_INPUTS = {
     # preflight: Hydra's composition error, caught before Hydra runs
     "unknown preset": (["experiment=nope"],
                        "Could not find 'experiment/nope'; choose experiment= one of: "
-                       "atari100k, atari_pong, dmc_cheetah_run,"),
+                       "atari100k_v3, atari_pong_v1, dmc_cheetah_run_v1,"),
     # build time: the env factory
     "unknown env": (["env.name=NoSuchEnv-v9"], "unknown gymnasium env 'NoSuchEnv-v9'; available:"),
 }

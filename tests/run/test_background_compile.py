@@ -154,7 +154,7 @@ def test_the_learner_yields_a_thread_while_the_child_compiles_and_swaps_losses_i
 
 def test_a_compile_child_that_would_not_fit_in_memory_is_not_started_and_learning_goes_on_eager(
         tmp_path, monkeypatch, caplog):
-    """dmc_vision's size200m update took 19 GB on a 24 GiB box; a child repeating it was
+    """dmc_vision_v3's size200m update took 19 GB on a 24 GiB box; a child repeating it was
     OOM-killed with the run. Short of memory, the run says so in one line and stays eager."""
     from dreamer.report.evaluation import EvalResult
     from dreamer.run import compile_switch

@@ -17,6 +17,7 @@ from torchrl.modules.models.model_based import _DreamerV3BlockGRU, _straight_thr
 
 import torchrl_ext.rssm as rssm
 from tests.support.gpu_checks import RSSM_FORWARDS_CUDA
+from tests.support.rounding import summation_tolerance
 from torchrl_ext import (
     LeanRSSMRolloutV3,
     PriorTransition,
@@ -77,7 +78,10 @@ def test_split_input_block_gru_gives_upstreams_belief_and_gradients(num_layers, 
     assert len(ours_grads) == len(up_grads)
     for a, b in zip(ours_grads, up_grads):
         assert a is not None and b is not None
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+        # The first block linear sums each block's input (its belief block, then the projected
+        # features) as two matmuls where upstream runs one: another order over that width.
+        block_input = BELIEF // BLOCKS + 3 * HIDDEN
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=summation_tolerance(block_input, b.abs().max().item()))
 
 
 def test_split_input_block_gru_keeps_upstreams_dtypes_under_autocast():
@@ -174,8 +178,11 @@ def test_lean_rollout_gradients_equal_upstreams():
             + (out.get(("next", "state")) * torch.arange(12.0)).sum()
         loss.backward()
         grads.append([p.grad.clone() for p in rollout.parameters()])
+    batch, time = _sequence().shape
     for a, b in zip(*grads):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        # The samples' probabilities differ by softmax rounding (class_softmax sums the classes in
+        # another order), and a weight's gradient sums its batch x time rows of those.
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=summation_tolerance(batch * time, b.abs().max().item()))
 
 
 @pytest.mark.parametrize("shape", [(64, 32, 4), (5, 3, 2), (7, 16, 16), (4, 33)])
@@ -197,7 +204,9 @@ def test_straight_through_sample_and_gradient_equal_upstreams(classes):
     assert torch.equal(ours.detach().round(), upstream.detach().round())  # the same one-hot draws
     assert (ours.detach().round().sum(-1) == 1).all()
     torch.testing.assert_close(ours, upstream, rtol=1e-6, atol=1e-7)
-    torch.testing.assert_close(grad_ours, grad_upstream, rtol=1e-5, atol=1e-7)
+    # The softmax's backward sums p_j x weight_j over the classes, in another order on each side.
+    torch.testing.assert_close(grad_ours, grad_upstream, rtol=1e-5,
+                               atol=summation_tolerance(classes, weights.abs().max().item()))
 
 
 def test_prior_transition_is_the_priors_forward_with_the_same_random_draws():
