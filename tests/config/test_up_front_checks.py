@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dreamer.config.preflight import check_command_line
+from dreamer.check import check_command_line
 from dreamer.errors import UserError
 
 
