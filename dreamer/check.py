@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from dreamer.config import load_config, profiling_from_env, to_dict
-from dreamer.config.compose import compose_overrides, hydra_settings, sweep_jobs
+from dreamer.config.compose import compose_overrides, compose_with_settings, sweep_jobs
 from dreamer.envs.rendering import gl_environment_problem
 from dreamer.errors import UserError
 from dreamer.run.lock import refuse_if_held
@@ -60,26 +60,28 @@ def check_command_line(argv: list[str], environ: Mapping[str, str] = os.environ,
         return None
     check_gl_environment(environ)
     jobs = sweep_jobs(overrides) if multirun else [overrides]
-    settings = hydra_settings(jobs[0])  # Hydra's own keys: one line for a mistake there too
+    first, settings = compose_with_settings(jobs[0])  # Hydra's own keys: one line for a mistake there too
+    # Every job's config first: a mistake in any is found before anything is built.
+    configs = [first] + [compose_overrides(job) for job in jobs[1:]]
+    for dict_cfg in configs[1:]:
+        load_config(dict_cfg, environ=environ)
     if multirun:
-        for job in jobs:  # every job's config first: a mistake in any is found before anything is built
-            load_config(compose_overrides(job), environ=environ)
         from dreamer.run.preflight import check_dir_can_be_written
 
         check_dir_can_be_written(Path(settings.sweep.dir), "hydra.sweep.dir")
         here = this_machine and settings.launcher._target_ == IN_PROCESS_LAUNCHER
-        return CheckedCommandLine(list(argv), [(job, _check_job(job, None, environ, here)) for job in jobs],
-                                  multirun=True)
+        return CheckedCommandLine(list(argv), [(job, _check_job(job, dict_cfg, None, environ, here))
+                                               for job, dict_cfg in zip(jobs, configs)], multirun=True)
     run_dir = Path(settings.run.dir)
-    checked = _check_job(overrides, run_dir, environ, this_machine)
+    checked = _check_job(overrides, first, run_dir, environ, this_machine)
     return CheckedCommandLine(_hydra_argv(argv, overrides, checked, run_dir), [(overrides, checked)], multirun=False)
 
 
-def _check_job(overrides: list[str], run_dir: Path | None, environ: Mapping[str, str], this_machine: bool,
-               ) -> CheckedRun:
-    """One job: its config built and validated, the directories it writes not held by a
-    live run, and the run's checks (``run_dir``: Hydra's directory for it, None: a sweep's job)."""
-    dict_cfg = compose_overrides(overrides)
+def _check_job(overrides: list[str], dict_cfg, run_dir: Path | None, environ: Mapping[str, str],
+               this_machine: bool) -> CheckedRun:
+    """One job (``dict_cfg``: its composed config): its config built and validated, the
+    directories it writes not held by a live run, and the run's checks (``run_dir``: Hydra's
+    directory for it, None: a sweep's job)."""
     cfg = load_config(dict_cfg, environ=environ)
     from dreamer.run.preflight import check_dir_can_be_written, check_run
     from dreamer.system import distributed

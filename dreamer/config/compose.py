@@ -71,10 +71,16 @@ def compose_overrides(overrides: list[str], *, with_hydra: bool = False) -> Any:
         raise UserError(f"cannot compose the overrides {' '.join(mine)!r}: {_first_line(err)}{hint}") from None
 
 
-def hydra_settings(overrides: list[str]) -> Any:
-    """Hydra's own settings for this command line (``hydra.run.dir``, ``hydra.sweep.dir``,
-    ``hydra.launcher``, ...), resolved as Hydra resolves them (``${now:...}`` to this second)."""
-    return compose_overrides(overrides, with_hydra=True).hydra
+def compose_with_settings(overrides: list[str]) -> tuple[Any, Any]:
+    """(the run's config, Hydra's own settings: ``run.dir``, ``sweep.dir``, ``launcher``, ...),
+    composed once from ``overrides`` and resolved as Hydra resolves them (``${now:...}`` to this second)."""
+    from omegaconf import open_dict
+
+    composed = compose_overrides(overrides, with_hydra=True)
+    settings = composed.hydra
+    with open_dict(composed):
+        del composed["hydra"]
+    return composed, settings
 
 
 def sweep_jobs(overrides: list[str]) -> list[list[str]]:
