@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
@@ -114,8 +115,10 @@ def _hydra_argv(argv: list[str], overrides: list[str], checked: CheckedRun, run_
 
 
 def _quoted(path: Path) -> str:
-    """A path as one Hydra override value, whatever characters it holds."""
-    return "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """A path as one quoted Hydra override value: its quotes escaped, and the backslashes before
+    a quote or the closing one doubled (Hydra reads other backslashes as they are)."""
+    text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", str(path))
+    return "'" + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text) + "'"
 
 
 def overridden_keys(overrides: list[str], dict_cfg, environ: Mapping[str, str] = os.environ) -> set[str]:
