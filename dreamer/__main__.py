@@ -1,4 +1,7 @@
-"""`python -m dreamer [overrides]`: the Hydra entry point."""
+"""`python -m dreamer [--check] [overrides]`: the entry point.
+
+The command line is checked first, before Hydra creates anything (dreamer.check); ``--check``
+stops there and prints what it found, a run goes on to Hydra and :func:`main`."""
 
 from __future__ import annotations
 
@@ -7,33 +10,25 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import hydra
 from omegaconf import DictConfig
 
+from dreamer.check import check_command_line, check_gl_environment, describe, overridden_keys
 from dreamer.config import load_config, register_configs
-from dreamer.config.environ import profiling_from_env
 from dreamer.config.location import conf_dir
-from dreamer.envs.rendering import missing_gl_library
 from dreamer.errors import UserError
 from dreamer.report.console import VERBOSE_ENV, quiet_logging
 from dreamer.run.stopping import under_requeueing_scheduler
 
 if TYPE_CHECKING:
+    from dreamer.run.preflight import CheckedRun
     from dreamer.run.result import RunResult
 
 register_configs()
 log = logging.getLogger("dreamer")
-
-
-def check_gl_before_torchrl(environ=os.environ) -> None:
-    """An explicit MUJOCO_GL whose library is missing fails as soon as torchrl is imported, whatever
-    the env: ``torchrl.envs`` looks for ``mujoco.mjx``, which imports mujoco's renderer, which
-    loads PyOpenGL for that backend ('NoneType' object has no attribute 'glGetError'). So it is
-    checked before torchrl is imported, for every run."""
-    if problem := missing_gl_library(environ):
-        raise UserError(problem)
+CHECK_FLAG = "--check"
 
 
 @contextlib.contextmanager
@@ -49,30 +44,12 @@ def one_line_on_user_error():
         sys.exit(2)
 
 
-def overridden_keys(dict_cfg: DictConfig, environ=os.environ) -> set[str]:
-    """Dotted config keys this command line changes, named directly or through a
-    group (``experiment=smoke`` changes every key the preset sets), and the
-    profiling keys its PROF_* environment variables set (they win over the config)."""
-    from hydra import compose
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
-
-    from dreamer.run.resume import differing_keys
-
-    task = list(HydraConfig.get().overrides.task)
-    named = {o.split("=", 1)[0].lstrip("+~") for o in task}
-    baseline = OmegaConf.to_container(compose(config_name="config"), resolve=True)
-    current = OmegaConf.to_container(dict_cfg, resolve=True)
-    baseline.pop("hydra", None)
-    current.pop("hydra", None)
-    from_env = {f"profiling.{key}" for key in profiling_from_env(environ)}
-    return named | set(differing_keys(baseline, current)) | from_env
-
-
-@hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
-def main(dict_cfg: DictConfig) -> RunResult:
+def main(dict_cfg: DictConfig, checked: CheckedRun | None = None) -> RunResult:
+    """The Hydra task: one run. ``checked``: what the up-front checks found before Hydra
+    started (a plain run, dreamer.check); a launcher's job (its own process, maybe its own
+    machine) makes them here, in build_run, before it builds anything."""
     with one_line_on_user_error():
-        check_gl_before_torchrl()  # also for a launcher's job process, which skips run()
+        check_gl_environment(os.environ)  # also for a launcher's job process, which skips run()
     verbose = os.environ.get(VERBOSE_ENV) == "1"
     if not verbose:
         quiet_logging()  # Hydra has configured logging for the job by now; before torchrl logs (PyOpenGL)
@@ -97,14 +74,18 @@ def main(dict_cfg: DictConfig) -> RunResult:
     distributed.export_scheduler_ranks(os.environ)  # a multi-task submitit job: one data-parallel run
     ranks = distributed.ranks_from_env(os.environ)  # torchrun's (or exported above), else one process
     with one_line_on_user_error():
-        cfg = load_config(dict_cfg, environ=os.environ)
+        if checked is not None:
+            cfg, overridden = checked.cfg, set(checked.overridden)
+        else:
+            cfg = load_config(dict_cfg, environ=os.environ)
+            task = list(HydraConfig.get().overrides.task)
+            overridden = overridden_keys(task, dict_cfg, os.environ) if cfg.resume else set()
         from dreamer.run.trainer import train
 
         distributed.setup(cfg.distributed, cfg.device, ranks)
         try:
-            overridden = overridden_keys(dict_cfg) if cfg.resume else set()
             result = train(cfg, Path(HydraConfig.get().runtime.output_dir), ranks, overridden, requeue=requeue,
-                           quiet=not verbose)
+                           quiet=not verbose, checked=checked)
         finally:
             distributed.teardown(ranks)
         state = "stopped early" if result.preempted else "done"
@@ -113,18 +94,38 @@ def main(dict_cfg: DictConfig) -> RunResult:
         return result  # a launcher (hydra_plugins/dreamer_launcher) reads it
 
 
+def hydra_entry(checked: CheckedRun | None) -> Callable[[], object]:
+    """Hydra's entry point around :func:`main`, handing it ``checked`` (None: the job checks itself)."""
+    def task(dict_cfg: DictConfig) -> RunResult:
+        return main(dict_cfg, checked)
+
+    return hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")(task)
+
+
 def run() -> None:
-    from dreamer.config.preflight import check_command_line
+    """``dreamer [--check] [--verbose] [-m] OVERRIDES`` (or Hydra's own flags: --help, --cfg job, ...)."""
     from dreamer.report.console import quiet_libraries, verbose_requested
 
     if verbose_requested(sys.argv, os.environ):  # --verbose is ours: removed before Hydra reads argv
         os.environ[VERBOSE_ENV] = "1"  # read by main(), also in a launcher's job process
     else:
         quiet_libraries(os.environ)
+    dry_run = CHECK_FLAG in sys.argv
+    argv = [arg for arg in sys.argv[1:] if arg != CHECK_FLAG]
     with one_line_on_user_error():
-        check_gl_before_torchrl()
-        check_command_line(sys.argv[1:])
-    main()
+        command_line = check_command_line(argv, os.environ)  # before Hydra creates anything
+        if dry_run and command_line is None:
+            raise UserError(f"{CHECK_FLAG} checks a run's overrides (with -m, a sweep's): "
+                            f"drop {' '.join(a for a in argv if a.startswith('-'))}")
+    if dry_run:
+        print(describe(command_line))
+        return
+    if command_line is None:  # --help, --cfg, ...: Hydra's own
+        hydra_entry(None)()
+        return
+    sys.argv = [sys.argv[0], *command_line.hydra_argv]
+    # One run: the job starts from what was checked. A sweep's jobs check themselves as they start.
+    hydra_entry(None if command_line.multirun else command_line.jobs[0][1])()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ modules beside this file, one concern each:
 - ``load``: composed config <-> dataclasses (``load_config``, ``to_dict``);
 - ``hydra_store``: the schema and default group options in Hydra's ConfigStore;
 - ``environ``: PROF_* environment variables -> profiling keys;
-- ``preflight``: command-line checks before Hydra runs.
+- ``compose``: the command line's overrides composed as Hydra will, before it runs.
 """
 
 from dreamer.config.environ import profiling_from_env

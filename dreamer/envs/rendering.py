@@ -8,7 +8,7 @@ subprocess with each candidate in turn -- glfw (only with a display), egl
 (GPU or Mesa), osmesa (software) -- and the first that renders is set in
 ``os.environ``, which spawned collector workers inherit. A ``MUJOCO_GL`` the
 user set wins and is not probed, but a headless backend whose library is not
-installed is one error line naming the package, not PyOpenGL's traceback.
+installed, or a value mujoco refuses, is one error line, not a traceback.
 """
 
 from __future__ import annotations
@@ -54,16 +54,50 @@ def renders(backend: str, timeout: float = 60.0) -> bool:
     return out.returncode == 0 and "rendered" in out.stdout
 
 
-def missing_gl_library(environ: Mapping[str, str], find_library: Callable[[str], str | None] = ctypes.util.find_library,
+def missing_gl_library(environ: Mapping[str, str], find_library: Callable[[str], str | None] | None = None,
                        ) -> str | None:
     """One line saying what to install when ``MUJOCO_GL`` names a headless backend whose library is
     absent (dm_control would fail deep inside PyOpenGL with ``'NoneType' object has no attribute
-    'glGetError'``); None when it is there or not checkable (glfw needs a display, not a library)."""
+    'glGetError'``); None when it is there or not checkable (glfw needs a display, not a library).
+    ``find_library``: how ctypes finds a library (looked up when called)."""
+    find_library = find_library or ctypes.util.find_library
     backend = environ.get("MUJOCO_GL", "")
     if backend not in GL_LIBRARIES or find_library(GL_LIBRARIES[backend]) is not None:
         return None
     return (f"MUJOCO_GL={backend} but lib{GL_LIBRARIES[backend]} is not installed: install "
             f"{INSTALL_HINTS[backend]}, or unset MUJOCO_GL to use a backend that renders here")
+
+
+def mujoco_refuses(backend: str, timeout: float = 60.0) -> str | None:
+    """mujoco's own complaint when it refuses ``MUJOCO_GL=backend`` at import (its last
+    line), asked in a subprocess: this process may have imported mujoco already."""
+    env = {**os.environ, "MUJOCO_GL": backend}
+    try:
+        out = subprocess.run([sys.executable, "-c", "import mujoco"], env=env, capture_output=True, text=True,
+                             timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"importing mujoco did not finish in {timeout:.0f} s"
+    if out.returncode == 0:
+        return None
+    return next((line.strip() for line in reversed(out.stderr.splitlines()) if line.strip()), "import failed")
+
+
+def gl_environment_problem(environ: Mapping[str, str], refuses: Callable[[str], str | None] = mujoco_refuses,
+                           ) -> str | None:
+    """One line when ``MUJOCO_GL`` cannot work here, whatever the env: importing torchrl
+    imports mujoco, which refuses a backend it does not know (``invalid value for
+    environment variable MUJOCO_GL``) and loads the named backend's library. None when
+    it is unset, names a backend whose library is there, or is a value mujoco accepts."""
+    if problem := missing_gl_library(environ):
+        return problem
+    backend = environ.get("MUJOCO_GL")
+    if backend is None or backend in INSTALL_HINTS:
+        return None
+    reason = refuses(backend)
+    if reason is None:
+        return None
+    return (f"MUJOCO_GL={backend} is refused by mujoco ({reason}): set MUJOCO_GL=egl, osmesa or glfw, "
+            "or unset it to use a backend that renders here")
 
 
 def candidates(environ: Mapping[str, str]) -> list[str]:

@@ -15,22 +15,21 @@ import torch
 
 from dreamer.algos.registry import algorithm
 from dreamer.config import Config, to_dict
-from dreamer.config.preflight import check_resume_dir_writable
 from dreamer.data.collectors import make_collector, seconds_per_agent_step, worker_policy, workers_hold_a_copy
-from dreamer.data.replay import bytes_per_step, check_capacity, make_replay_buffer, use_pinned_memory
+from dreamer.data.replay import make_replay_buffer, use_pinned_memory
 from dreamer.data.supervisor import SupervisedCollector
 from dreamer.envs.factory import close_env, make_env, make_eval_env
 from dreamer.envs.rendering import configure_mujoco_gl
 from dreamer.errors import UserError
 from dreamer.report.console import quiet_worker
-from dreamer.report.logger import RunLogger, check_video_writer
-from dreamer.report.openloop import check_openloop_config, openloop_enabled
+from dreamer.report.logger import RunLogger
+from dreamer.report.openloop import openloop_enabled
 from dreamer.run import checkpoint as ckpt
 from dreamer.run import lock as run_lock
 from dreamer.run import resume
 from dreamer.run.background_compile import compiles_in_background
 from dreamer.run.cadence import Every, Ratio
-from dreamer.run.finished import refuse_finished_run
+from dreamer.run.preflight import CheckedRun, check_run
 from dreamer.run.state import Cadence, Run, random_frames_left
 from dreamer.run.stopping import Stopper, ignore_stop_signals
 from dreamer.system import compile_cache, distributed
@@ -41,7 +40,7 @@ from dreamer.system.cpus import (
     cpu_budget,
     split_cores,
 )
-from dreamer.system.device import configure_cuda_math, gpu_sized_on_cpu, resolve_autocast, resolve_device
+from dreamer.system.device import configure_cuda_math, gpu_sized_on_cpu, resolve_autocast
 from dreamer.system.memory import retain_freed_host_memory
 from dreamer.system.profiling import TraceWindow
 from dreamer.system.thread_gain import update_thread_gain_s
@@ -51,21 +50,23 @@ log = logging.getLogger("dreamer")
 
 
 def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed.Ranks(),
-              overridden: set[str] = frozenset(), *, requeue: bool = False, quiet: bool = False) -> Run:
+              overridden: set[str] = frozenset(), *, requeue: bool = False, quiet: bool = False,
+              checked: CheckedRun | None = None) -> Run:
     """The run's collaborators, restored from its checkpoint when ``cfg.resume`` is set.
 
     ``overridden``: config keys the command line set (checked against the
     allow-list on resume). ``requeue``: a requeueing scheduler runs us (a stop
-    signal then means checkpoint and hand back). Whatever was built is torn
-    down again if a later step fails (live workers would keep the process
-    from exiting: it joins them at exit).
+    signal then means checkpoint and hand back). ``checked``: what the up-front
+    checks (dreamer.run.preflight) found before Hydra created the run directory;
+    without it they run here, once the run directory is locked. Whatever was
+    built is torn down again if a later step fails (live workers would keep the
+    process from exiting: it joins them at exit).
 
-    The stages run in the one order that works: the run directory and the
-    checks of what it will write; the process (device, threads, seed); the
-    networks and where to collect; the learner and the replay (everything a
-    user can get wrong fails before workers spawn, and none of it creates
-    compile state); the compile cache directory; the collector workers, spawned
-    before any compile state exists (they must not inherit dynamo's); only then
+    The stages run in the one order that works: the run directory locked and
+    the up-front checks; the process (device, threads, seed); the networks and
+    where to collect; the learner and the replay (none of it creates compile
+    state); the compile cache directory; the collector workers, spawned before
+    any compile state exists (they must not inherit dynamo's); only then
     compiling, the eval env, the logger, and the restore from a checkpoint.
     """
     started = process_start()  # wall_s, first_update_s and train.max_minutes count from here
@@ -74,13 +75,15 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         teardown.callback(stopper.uninstall)  # runs last
         vote_group = distributed.cpu_group() if ranks.enabled else None
         teardown.enter_context(claimed_run_dir(cfg, run_dir, ranks, vote_group))  # before any read or write there
-        run_dir, cfg, resumed_state = _open_run_dir(cfg, Path(run_dir), overridden, ranks)
+        checked = _checked_under_lock(cfg, Path(run_dir), overridden, ranks, checked)
+        cfg, resumed_state = checked.cfg, checked.resumed_state
+        run_dir = checked.run_dir if resumed_state is not None else Path(run_dir)
         resumed = resumed_state is not None
         stopper.limit_time(started, cfg.train.max_minutes)
-        process = _configure_process(cfg, ranks, stopper, vote_group)
+        process = _configure_process(cfg, ranks, stopper, vote_group, checked.device)
         device = process.device
         build_models, learner_cls = algorithm(cfg.algo.name)
-        models, acting, placement, replay_bytes = _build_networks(cfg, ranks, process, build_models)
+        models, acting, placement = _build_networks(cfg, ranks, process, build_models, checked.step_bytes)
         learner = learner_cls(
             cfg.algo, cfg.compile, models, device, batch_size=cfg.buffer.batch_size,
             batch_length=cfg.buffer.batch_length, autocast_dtype=process.autocast,
@@ -89,9 +92,6 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         log.info("update path: %s%s", learner.path.describe(),
                  " (eager until the background compile is done)" if background else "")
         replay = make_replay_buffer(cfg.buffer, device)
-        if cfg.checkpoint.replay and ranks.is_main:
-            ckpt.check_replay_checkpoint_space(run_dir, replay_bytes, model_checkpoint_bytes(learner, models),
-                                               cfg.checkpoint.keep)
         artifact_sha256 = _use_compile_cache(cfg, run_dir, resumed_state, overridden)
         trace_window = TraceWindow(cfg.profiling, active=ranks.is_main)
         # Released as soon as the loop stops collecting (before the final eval), else at teardown.
@@ -147,26 +147,24 @@ class _Placement:
     threads: int
 
 
-def _open_run_dir(cfg: Config, run_dir: Path, overridden: set[str],
-                  ranks: distributed.Ranks) -> tuple[Path, Config, dict | None]:
-    """The run directory and config (a resumed run's own, with its checkpoint
-    state), and the checks of what the run will write, before anything starts."""
-    resumed_state = None
-    if cfg.resume:
-        check_resume_dir_writable(cfg.resume)
-        run_dir, cfg, resumed_state = resume.open_run(cfg, overridden)
-        refuse_finished_run(run_dir, cfg, resumed_state)  # before anything is written into it
-    else:
-        resume.refuse_run_dir_with_checkpoints(run_dir)
-    check_openloop_config(cfg.eval, cfg.env, cfg.buffer.batch_length)
-    check_video_writer(ranks.is_main and (cfg.eval.video or openloop_enabled(cfg.eval, cfg.env)))
-    return Path(run_dir), cfg, resumed_state
+def _checked_under_lock(cfg: Config, run_dir: Path, overridden: set[str], ranks: distributed.Ranks,
+                        checked: CheckedRun | None) -> CheckedRun:
+    """The up-front checks' findings, valid now that the run directory is locked: checked
+    here, or (handed over from before Hydra created the directory) still true, a resumed
+    checkpoint still the newest. Rank 0 then moves aside the newer checkpoints it could not read."""
+    if checked is None or checked.device is None:  # none handed over, or not checked on this machine
+        checked = check_run(cfg, overridden, run_dir=run_dir, ranks=ranks)
+    elif checked.resumed_state is not None:
+        resume.refuse_checkpoints_written_since(checked.run_dir, checked.resumed_state)
+    if checked.resumed_state is not None and ranks.is_main:
+        ckpt.set_aside_unreadable(checked.resumed_state)
+    return checked
 
 
-def _configure_process(cfg: Config, ranks: distributed.Ranks, stopper: Stopper, vote_group) -> _Process:
-    """Device, threads (until placement splits the cores), rendering backend,
-    malloc policy, seed, autocast and CUDA math for this process."""
-    device = distributed.rank_device(resolve_device(cfg.device), ranks)
+def _configure_process(cfg: Config, ranks: distributed.Ranks, stopper: Stopper, vote_group,
+                       device: torch.device) -> _Process:
+    """Threads (until placement splits the cores), rendering backend, malloc policy,
+    seed, autocast and CUDA math for this process, learning on ``device`` (checked)."""
     if ranks.enabled:  # every rank leaves the loop at the same update
         stopper.vote = functools.partial(distributed.max_over_ranks, group=vote_group)
     cpus = cpu_budget(ranks.local_world_size)
@@ -181,17 +179,16 @@ def _configure_process(cfg: Config, ranks: distributed.Ranks, stopper: Stopper, 
     return _Process(device, cpus, autocast, fast_math, retained)
 
 
-def _build_networks(cfg: Config, ranks: distributed.Ranks, process: _Process, build_models) -> tuple:
-    """The algorithm's networks, sized from a proof env (a bad env name fails
-    here, in one line, not in a worker); where to collect, from what one
-    update's collection costs on that env against what the learner's threads
-    save; the replay's size checked against memory. Returns (models, acting
-    policy, placement, the replay's bytes)."""
+def _build_networks(cfg: Config, ranks: distributed.Ranks, process: _Process, build_models,
+                    step_bytes: int) -> tuple:
+    """The algorithm's networks, sized from a proof env; where to collect, from what
+    one update's collection costs on that env against what the learner's threads save.
+    ``step_bytes``: one replayed step, measured (and the replay's memory checked) by
+    the up-front checks. Returns (models, acting policy, placement)."""
     device = process.device
     proof_env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
     try:
         models = build_models(cfg.algo, cfg.env, proof_env, device)
-        step_bytes = bytes_per_step(proof_env.rollout(1), models.obs_key)
         acting = models.policy(explore=True)  # on the learner's device
         collect_s = collection_cost(cfg, proof_env, acting, device)
         thread_gain_s = learner_thread_gain(cfg, proof_env, acting, collect_s, process.cpus.cores)
@@ -212,10 +209,10 @@ def _build_networks(cfg: Config, ranks: distributed.Ranks, process: _Process, bu
         "device=%s workers=%d learner_threads=%d autocast=%s cuda_fast_math=%s retain_host_memory=%s", device,
         workers, torch.get_num_threads(), process.autocast, process.fast_math, process.retained,
     )
-    need = check_capacity(cfg.buffer, step_bytes, ranks_per_node=ranks.local_world_size)
     log.info("replay: %d steps x %d bytes = %.2f GiB of host memory, %s", cfg.buffer.capacity, step_bytes,
-             need / 2**30, "page-locked" if use_pinned_memory(cfg.buffer, device) else "pageable")
-    return models, acting, _Placement(workers, threads), need
+             cfg.buffer.capacity * step_bytes / 2**30, "page-locked" if use_pinned_memory(cfg.buffer, device)
+             else "pageable")
+    return models, acting, _Placement(workers, threads)
 
 
 def _use_compile_cache(cfg: Config, run_dir: Path, resumed_state: dict | None, overridden: set[str]) -> str | None:
@@ -353,10 +350,3 @@ def claimed_run_dir(cfg: Config, run_dir: Path, ranks: distributed.Ranks, vote_g
         if failure is not None:
             raise failure
         yield
-
-
-def model_checkpoint_bytes(learner, models) -> int:
-    """About what the learner adds to a checkpoint: its state now, plus two Adam moments
-    per parameter (the optimisers allocate them at their first step)."""
-    parameter_bytes = sum(p.numel() * p.element_size() for p in models.modules.parameters())
-    return ckpt.state_bytes(learner.state_dict()) + 2 * parameter_bytes

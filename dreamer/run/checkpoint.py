@@ -7,7 +7,10 @@ same pass as the file and checked before it is loaded
 not match (bit rot, truncation, an edited file) or whose manifest does not
 match its config is moved aside as ``ckpt_<updates>.pt.corrupt`` with one
 warning line, and the previous checkpoint is used: rotation no longer counts
-it, and no later resume can go back to the timeline it started.
+it, and no later resume can go back to the timeline it started. Reading
+(:func:`read_latest`, the up-front checks) writes nothing; the resumed run moves
+them aside once it holds the run directory's lock. When no checkpoint can be
+read the resume is refused and every file is left as it is.
 
 Checkpoints hold tensors and plain Python types only, and are loaded with
 ``torch.load(weights_only=True)``: a checkpoint file someone hands you cannot
@@ -272,15 +275,18 @@ def move_aside(path: Path, reason: str) -> Path | None:
     return aside
 
 
-def load_latest(run_dir: Path) -> dict:
-    """The newest readable checkpoint of ``run_dir``; its path is under ``"path"``.
-    Newer unreadable ones are moved aside (:func:`move_aside`)."""
+def read_latest(run_dir: Path) -> dict:
+    """The newest readable checkpoint of ``run_dir``, read without writing anything: its
+    path is under ``"path"``, and the newer ones that cannot be read under ``"unreadable"``
+    as ``[path, reason]`` pairs (:func:`set_aside_unreadable` moves them aside). When none
+    can be read that is one line, and every file is left as it is."""
     candidates = list_checkpoints(run_dir)
     if not candidates:
         raise UserError(
             f"resume={run_dir}: no checkpoint in {Path(run_dir) / CHECKPOINT_DIR}; "
             "pass the directory of a run that wrote one"
         )
+    unreadable = []
     for path in reversed(candidates):
         try:
             state = _read(path)
@@ -292,9 +298,27 @@ def load_latest(run_dir: Path) -> dict:
                     f"resume={run_dir}: ran out of memory loading {path} ({path.stat().st_size / 2**30:.2f} GiB); "
                     "free memory or resume on a machine with more, the checkpoint is left as it is"
                 ) from None
-            move_aside(path, f"{err.__class__.__name__}: {(str(err).splitlines() or [''])[0][:200]}")
+            unreadable.append([str(path), f"{err.__class__.__name__}: {(str(err).splitlines() or [''])[0][:200]}"])
             continue
         state["path"] = str(path)
+        state["unreadable"] = unreadable
         return state
-    raise UserError(f"resume={run_dir}: every checkpoint is unreadable (moved aside as *.corrupt in "
-                    f"{Path(run_dir) / CHECKPOINT_DIR})")
+    reasons = "; ".join(f"{Path(path).name}: {reason}" for path, reason in unreadable[:3])
+    raise UserError(f"resume={run_dir}: every checkpoint is unreadable ({reasons}); nothing was moved or "
+                    f"changed in {Path(run_dir) / CHECKPOINT_DIR}: restore a good copy, or start a new run")
+
+
+def set_aside_unreadable(state: dict) -> None:
+    """Move the checkpoints :func:`read_latest` could not read aside (:func:`move_aside`): the
+    run resuming from ``state`` holds the run directory's lock by now."""
+    for path, reason in state.get("unreadable", ()):
+        if Path(path).exists():
+            move_aside(Path(path), reason)
+
+
+def load_latest(run_dir: Path) -> dict:
+    """The newest readable checkpoint of ``run_dir`` (:func:`read_latest`), the newer
+    unreadable ones moved aside (:func:`move_aside`)."""
+    state = read_latest(run_dir)
+    set_aside_unreadable(state)
+    return state

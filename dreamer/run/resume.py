@@ -10,6 +10,7 @@ silently ignored.
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 from dreamer.config import Config, load_config, to_dict
@@ -122,10 +123,36 @@ def run_dir_to_resume(requested: Config) -> Path:
     return run_dir
 
 
+def check_resume_dir_writable(run_dir: Path) -> None:
+    """The resumed run continues writing into its directory (checkpoints, records), so it must be writable."""
+    try:
+        with tempfile.TemporaryFile(dir=run_dir):
+            pass
+    except OSError as err:
+        raise UserError(
+            f"resume={run_dir} cannot be written ({err.strerror or err}): a resumed run writes its checkpoints "
+            "and records there; make it writable (or copy the run directory somewhere writable and resume that)"
+        ) from None
+
+
 def open_run(requested: Config, overridden: set[str]) -> tuple[Path, Config, dict]:
-    """(run_dir, config to use, checkpoint state) for ``resume=RUN_DIR``."""
+    """(run_dir, config to use, checkpoint state) for ``resume=RUN_DIR``: the directory
+    exists and can be written, and the newest readable checkpoint allows these overrides.
+    Reads only (the state lists the checkpoints the run will move aside)."""
     run_dir = run_dir_to_resume(requested)
-    state = ckpt.load_latest(run_dir)
+    check_resume_dir_writable(run_dir)
+    state = ckpt.read_latest(run_dir)
     refuse_overrides(state["config"], requested, overridden)
     check_compatible(run_dir, state)
     return run_dir, merge(state["config"], requested, overridden), state
+
+
+def refuse_checkpoints_written_since(run_dir: Path, state: dict) -> None:
+    """The checkpoint read before the run directory was locked (``state``, from
+    :func:`open_run`) is still the newest: no other run wrote one in between."""
+    read = Path(state["path"]).name
+    known = {Path(path).name for path, _ in state.get("unreadable", ())}
+    newer = [p.name for p in ckpt.list_checkpoints(run_dir) if p.name > read and p.name not in known]
+    if newer:
+        raise UserError(f"resume={run_dir}: {newer[-1]} was written while this run started (another run writes "
+                        "there): start this one again once that run has stopped")

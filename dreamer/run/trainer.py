@@ -23,6 +23,7 @@ from dreamer.run import health
 from dreamer.run.background_compile import compiles_in_background
 from dreamer.run.build import build_run
 from dreamer.run.compile_switch import CompileSwitch
+from dreamer.run.preflight import CheckedRun
 from dreamer.run.result import RunResult
 from dreamer.run.state import Run
 from dreamer.run.stopping import StopRequested
@@ -34,11 +35,13 @@ log = logging.getLogger("dreamer")
 
 
 def train(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed.Ranks(),
-          overridden: set[str] = frozenset(), *, requeue: bool = False, quiet: bool = False) -> RunResult:
+          overridden: set[str] = frozenset(), *, requeue: bool = False, quiet: bool = False,
+          checked: CheckedRun | None = None) -> RunResult:
     """``overridden``: config keys the command line set (checked against the allow-list on resume);
     ``requeue``: a requeueing scheduler runs us (see dreamer.run.stopping); ``quiet``: collector
-    workers filter library chatter too (dreamer.report.console)."""
-    return Trainer(build_run(cfg, run_dir, ranks, overridden, requeue=requeue, quiet=quiet)).run()
+    workers filter library chatter too (dreamer.report.console); ``checked``: the up-front checks'
+    findings, when they ran before Hydra (dreamer.check)."""
+    return Trainer(build_run(cfg, run_dir, ranks, overridden, requeue=requeue, quiet=quiet, checked=checked)).run()
 
 
 class Trainer:

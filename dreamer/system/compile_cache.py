@@ -65,6 +65,14 @@ class Artifact:
     sha256: str | None = None
 
 
+def check_given_artifact(cc: CompileConfig) -> None:
+    """A ``compile.cache_artifact`` given on the command line must exist (one saved in a
+    resumed run's config may be gone: :func:`artifact_to_load` skips it with a warning)."""
+    if cc.cache_artifact is not None and not Path(cc.cache_artifact).expanduser().is_file():
+        raise UserError(f"compile.cache_artifact={cc.cache_artifact} does not exist: pass the "
+                        f"{ARTIFACT_NAME} of an earlier run, or drop the override")
+
+
 def artifact_to_load(cc: CompileConfig, run_dir: Path, *, resumed: bool = False, given: bool = True,
                      vouched_sha256: str | None = None) -> Artifact | None:
     """What to load into torch's compile caches before compiling.
@@ -80,9 +88,7 @@ def artifact_to_load(cc: CompileConfig, run_dir: Path, *, resumed: bool = False,
     if cc.cache_artifact is not None:
         path = Path(cc.cache_artifact).expanduser()
         if given:
-            if not path.is_file():
-                raise UserError(f"compile.cache_artifact={cc.cache_artifact} does not exist: pass the "
-                                f"{ARTIFACT_NAME} of an earlier run, or drop the override")
+            check_given_artifact(cc)
             return Artifact(path)
         if not path.is_file():
             log.warning("compile.cache_artifact=%s (from the saved config) no longer exists: not loaded, compiling "

@@ -1,21 +1,21 @@
 """One `error:` line (exit 2) for each mistake a user can make, in-process: the same code
-path `python -m dreamer` takes (preflight -> Hydra composition -> load_config -> build_run,
-inside dreamer.__main__.one_line_on_user_error). tests/e2e/ keeps one process per
-error layer; every other case is here."""
+path `python -m dreamer` takes before Hydra starts (dreamer.check.check_command_line: Hydra
+composition -> load_config -> the run's up-front checks, inside
+dreamer.__main__.one_line_on_user_error). tests/e2e/ keeps one process per error layer;
+every other case is here, and tests/test_check.py checks the disk after each refusal."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-import hydra
 import pytest
 import torch
-from hydra.core.global_hydra import GlobalHydra
 
 from dreamer.__main__ import one_line_on_user_error
-from dreamer.config import AlgoConfig, EnvConfig, load_config, register_configs
-from dreamer.config.preflight import RENAMED_PRESETS, check_command_line
+from dreamer.check import check_command_line
+from dreamer.config import AlgoConfig, EnvConfig, load_config
+from dreamer.config.compose import RENAMED_PRESETS
 from tests.support.paths import CONF_DIR
 
 
@@ -26,27 +26,19 @@ def _a_file(tmp_path: Path) -> Path:
 
 
 def _one_line(overrides: list[str], tmp_path: Path, capsys) -> str:
-    """What `python -m dreamer OVERRIDES` ends with: its stderr's one `error:` line."""
-    from dreamer.run.build import build_run
-
+    """What `python -m dreamer OVERRIDES` ends with before Hydra starts: its stderr's one
+    `error:` line; nothing is written (no run directory)."""
     if not any(o.startswith("hydra.run.dir=") for o in overrides):
         overrides = [*overrides, f"hydra.run.dir={tmp_path / 'run'}"]
     run_dir = Path(next(o for o in overrides if o.startswith("hydra.run.dir=")).partition("=")[2])
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with pytest.raises(SystemExit) as exit_info, one_line_on_user_error():
-            check_command_line(overrides)
-            with hydra.initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-                dict_cfg = hydra.compose("config", overrides=[o for o in overrides if not o.startswith("hydra.")])
-            build_run(load_config(dict_cfg), run_dir).close()  # a case that builds fails here
-    finally:
-        GlobalHydra.instance().clear()
+    with pytest.raises(SystemExit) as exit_info, one_line_on_user_error():
+        check_command_line(overrides)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert not run_dir.exists()
     return lines[0]
 
 
@@ -73,7 +65,7 @@ BAD_INPUTS = {
     "key of the other algorithm": (["experiment=small_v1", "algo.free_bits=2"],
                                    "algo.free_bits is a dreamer_v3 key, but algo.name=dreamer_v1: "
                                    "add algo=dreamer_v3 or drop it"),
-    # build time
+    # the run's up-front checks (dreamer.run.preflight)
     "open-loop context as long as the sequences": (
         ["env=pendulum_pixels", "eval.openloop_context=16"],
         "eval.openloop_context=16 leaves no step to predict in buffer.batch_length=16 sequences"),

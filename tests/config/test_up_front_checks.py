@@ -1,5 +1,5 @@
 """Inputs that ended in a traceback (or ran without ever learning) are one line before Hydra
-creates the run directory (dreamer/config/preflight.py; issue 45 items 1 and 11)."""
+creates the run directory (dreamer/check.py, dreamer/run/preflight.py; issue 45 items 1 and 11)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dreamer.config.preflight import check_command_line
+from dreamer.check import check_command_line
 from dreamer.errors import UserError
 
 

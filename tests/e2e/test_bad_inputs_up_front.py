@@ -1,14 +1,17 @@
 """`python -m dreamer` with inputs that ended in a traceback or ran on regardless (issue 45
-item 11): one `error:` line, exit status 2, and nothing written (no run directory, or the
-resumed one untouched)."""
+item 11), or left a directory behind (issue 57): one `error:` line, exit status 2, and nothing
+written (no run directory, or the resumed one untouched). Each refusal runs in-process in
+tests/test_check.py; here, one of each kind as its own process, from a fresh working directory."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.config.test_up_front_checks import read_only
 from tests.support.processes import FAST, FAST_STATES, ROOT, dreamer_env, run_dreamer
@@ -84,3 +87,45 @@ def test_resuming_a_run_directory_that_cannot_be_written_is_one_line(finished_ru
     line = _one_error_line(result)
     assert line.startswith(f"error: resume={finished_run} cannot be written ("), line
     assert _tree(finished_run) == before and not (tmp_path / "out").exists()
+
+
+REFUSED_PROCESSES = {
+    "a bad key in a sweep (it left multirun.yaml)": (("-m", "seed=0,1", "algo.nope=1"), {},
+                                                     "error: unknown config key algo.nope; "),
+    "a MUJOCO_GL mujoco refuses (it was mujoco's traceback)": (
+        ("env=dmc",), {"MUJOCO_GL": "nonsense"}, "error: MUJOCO_GL=nonsense is refused by mujoco ("),
+    "resume of a directory that does not exist (it left outputs/)": (
+        ("resume=no/such/run",), {}, "error: resume=no/such/run: no such directory"),
+}
+if not torch.cuda.is_available():
+    REFUSED_PROCESSES["device=cuda without CUDA (it left outputs/)"] = (("device=cuda",), {}, "error: device=cuda but")
+
+
+@pytest.mark.parametrize("case", list(REFUSED_PROCESSES))
+def test_a_refused_process_leaves_its_working_directory_empty(case, tmp_path):
+    args, environ, line = REFUSED_PROCESSES[case]
+    result = run_dreamer(*args, cwd=tmp_path, env={**dreamer_env(), **environ})
+    assert _one_error_line(result).startswith(line)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_dry_run_prints_the_config_and_writes_nothing(tmp_path):
+    result = run_dreamer("--check", "experiment=smoke", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "# checked, nothing refused" in result.stdout and "\nalgo:\n  name: dreamer_v1\n" in result.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.timeout(300)
+def test_a_resume_without_hydra_run_dir_writes_only_into_the_run_it_resumes(finished_run, tmp_path):
+    """It created outputs/<experiment>/<now>/ (.hydra/, dreamer.log) in the working directory."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    started_as = _tree(run_dir / ".hydra")
+    work = tmp_path / "work"
+    work.mkdir()
+    result = run_dreamer(f"resume={run_dir}", "train.total_frames=300", cwd=work)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert list(work.iterdir()) == []
+    assert _tree(run_dir / ".hydra") == started_as  # how the run was started, kept
+    assert "resumed from" in (run_dir / "dreamer.log").read_text()

@@ -94,11 +94,15 @@ def test_rotation_after_a_corrupt_newest_keeps_two_good_checkpoints_and_no_way_b
     assert ckpt.load_latest(tmp_path)["tag"] == 3
 
 
-def test_every_checkpoint_corrupt_is_one_line(tmp_path, capsys):
+def test_every_checkpoint_corrupt_is_one_line_and_moves_nothing(tmp_path, capsys):
+    """A refused resume changes nothing: the files stay where they are, to be restored or inspected."""
     path = ckpt.save_checkpoint(tmp_path, _state(1), updates=1, keep=3)
     _flip(path, _entry_offset(path, "data/0"))
-    with pytest.raises(UserError, match=r"every checkpoint is unreadable \(moved aside"):
+    with pytest.raises(UserError, match=r"every checkpoint is unreadable \(ckpt_0000000001.pt: CorruptFile: .*"
+                                        r"nothing was moved") as err:
         ckpt.load_latest(tmp_path)
+    assert "\n" not in str(err.value)
+    assert ckpt.list_checkpoints(tmp_path) == [path] and not list(tmp_path.rglob("*.corrupt"))
 
 
 def test_the_digest_is_written_with_the_file_and_plain_readers_still_read_it(tmp_path):

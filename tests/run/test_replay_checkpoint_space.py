@@ -113,22 +113,22 @@ def test_a_replay_checkpoint_that_cannot_fit_once_is_refused_at_start(tmp_path, 
 
 
 def test_keep_plus_one_replay_checkpoints_that_would_not_fit_are_one_warning_at_start(tmp_path, monkeypatch, caplog):
+    from dreamer.run import preflight
     from dreamer.run.build import build_run
-    from dreamer.run.build import ckpt as build_ckpt
 
     cfg = tiny_config()
     cfg.eval.video = False
     cfg.checkpoint.replay = True
     cfg.buffer.capacity = 100_000
     replay_bytes = {}
-    real = build_ckpt.check_replay_checkpoint_space
+    real = preflight.ckpt.check_replay_checkpoint_space
 
     def measure(run_dir, replay, model, keep):
         replay_bytes["one"] = ckpt._with_framing(replay + model)
         _free(monkeypatch, 2 * replay_bytes["one"])  # room for two, not keep+1 = 3
         return real(run_dir, replay, model, keep)
 
-    monkeypatch.setattr(build_ckpt, "check_replay_checkpoint_space", measure)
+    monkeypatch.setattr(preflight.ckpt, "check_replay_checkpoint_space", measure)
     build_run(cfg, tmp_path).close()
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "replay" in r.getMessage()]
     assert len(warnings) == 1 and "checkpoints will fail once the buffer fills" in warnings[0]

@@ -222,13 +222,13 @@ def test_every_other_key_is_refused_naming_it(key, tp):
 @pytest.fixture
 def hydra_command_line():
     """compose(overrides) -> (composed config, overridden_keys of that command line), as
-    dreamer.__main__ sees them (HydraConfig set), without starting a run."""
+    the up-front checks (dreamer.check) and a launcher's job see them, without starting a run."""
     import hydra
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    from dreamer.__main__ import overridden_keys
+    from dreamer.check import overridden_keys
     from dreamer.config import register_configs
 
     register_configs()
@@ -239,7 +239,7 @@ def hydra_command_line():
         HydraConfig.instance().set_config(dict_cfg)
         with open_dict(dict_cfg):  # the task function is handed the config without it
             del dict_cfg["hydra"]
-        return dict_cfg, overridden_keys(dict_cfg)
+        return dict_cfg, overridden_keys(overrides, dict_cfg)
 
     with hydra.initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         yield compose
@@ -276,3 +276,14 @@ def test_a_group_override_on_resume_is_refused(hydra_command_line, override, ref
     requested = load_config(dict_cfg)
     with pytest.raises(UserError, match=rf"refused override: .*{re.escape(refused)} \(saved "):
         resume.refuse_overrides(saved, requested, keys)
+
+
+def test_a_checkpoint_written_after_the_resume_was_checked_is_refused(tmp_path):
+    """The checks read the newest checkpoint before the run locked its directory; one written in
+    between (another run there) means the checked state is stale: one line, nothing restored."""
+    first = ckpt.save_checkpoint(tmp_path, {"tag": 1}, updates=1, keep=3)
+    state = {"path": str(first), "unreadable": []}
+    resume.refuse_checkpoints_written_since(tmp_path, state)  # nothing newer
+    ckpt.save_checkpoint(tmp_path, {"tag": 2}, updates=2, keep=3)
+    with pytest.raises(UserError, match=r"ckpt_0000000002.pt was written while this run started"):
+        resume.refuse_checkpoints_written_since(tmp_path, state)

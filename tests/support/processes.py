@@ -54,16 +54,17 @@ def _forked(overrides: tuple[str, ...], env: dict, fresh: bool) -> ForkServer | 
 
 
 def run_dreamer(*overrides: str, timeout: float = 600, fresh: bool = False,
-                env: dict | None = None) -> subprocess.CompletedProcess:
+                env: dict | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """`python -m dreamer OVERRIDES` run to its end, its output captured. ``fresh``: in a new
     interpreter (for tests of what a run prints while its libraries import); ``env``: its
-    environment (default: dreamer_env())."""
+    environment (default: dreamer_env()); ``cwd``: its working directory (elsewhere than the
+    checkout: a new interpreter)."""
     env = dreamer_env() if env is None else env
-    server = _forked(overrides, env, fresh)
+    server = _forked(overrides, env, fresh or Path(cwd) != ROOT)
     if server is None:
         return subprocess.run(
             [sys.executable, "-m", "dreamer", *overrides],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+            cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
             stdin=subprocess.DEVNULL,  # a prompt (e.g. a W&B login) must fail, not hang
         )
     run = server.start(list(overrides), env, new_session=False)
