@@ -19,6 +19,7 @@ from dreamer.envs.rendering import missing_gl_library
 from dreamer.errors import UserError
 from dreamer.report.console import VERBOSE_ENV, quiet_logging
 from dreamer.run.stopping import under_requeueing_scheduler
+from dreamer.system.torch_version import warn_if_unsupported_torch
 
 if TYPE_CHECKING:
     from dreamer.run.result import RunResult
@@ -73,6 +74,7 @@ def overridden_keys(dict_cfg: DictConfig, environ=os.environ) -> set[str]:
 def main(dict_cfg: DictConfig) -> RunResult:
     with one_line_on_user_error():
         check_gl_before_torchrl()  # also for a launcher's job process, which skips run()
+    warn_if_unsupported_torch()  # one line when torch is outside pyproject.toml's range
     verbose = os.environ.get(VERBOSE_ENV) == "1"
     if not verbose:
         quiet_logging()  # Hydra has configured logging for the job by now; before torchrl logs (PyOpenGL)
