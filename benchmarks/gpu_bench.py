@@ -2,22 +2,30 @@
 stepper (compiled scan + CUDA graph) at size1m, size12m and size200m, the JAX reference and sheeprl at
 size1m where they run, and the first update's time from process start; one command for one device call.
 
-    python3 benchmarks/gpu_bench.py --budget-s 500 --json $OUT/gpu_bench.json
-    python3 benchmarks/gpu_bench.py --sizes size1m --dreamerv3-src DIR --sheeprl-python PY --json out.json
+    python3 benchmarks/gpu_bench.py --budget-s 500 --json $OUT/size1m.json                 # size1m, alone
+    python3 benchmarks/gpu_bench.py --sizes size12m size200m --budget-s 500 --json $OUT/rest.json  # another call
+    python3 benchmarks/gpu_bench.py --sides ours_captured torchrl --dreamerv3-src DIR --json out.json
     python benchmarks/gpu_bench.py --cpu --json out.json    # tiny sizes on the CPU: the paths, not figures
+
+size1m runs alone, in a call of its own (the default --sizes): its sides' cold compiles, side by side with
+the JAX and sheeprl sides, take most of one device call. --sides leaves sides out (fewer cold compiles).
 
 Sizes (batch 16 x 64, device=cuda, bf16 autocast and TF32 as the app sets them on a GPU; all with
 algo.actor_grad=reinforce, the actor gradient of TorchRL's recipe and of the JAX reference):
   size1m    experiment=gym_state: Pendulum-v1 states
   size12m   experiment=dmc_vision_v3 model=size12m env=pendulum_pixels: 64x64 Pendulum pixels (no dm_control)
   size200m  experiment=dmc_vision_v3 env=pendulum_pixels
---cpu runs tiny_states and tiny_pixels instead (experiment=small at 16 units, batch 2 x 8, device=cpu,
-compile.backend=eager: dynamo traces, inductor generates nothing) with every side that runs on a CPU, so the
-test suite keeps this script working; its figures mean nothing.
+--cpu runs tiny_states (alone, as size1m) or tiny_pixels instead (experiment=small at 16 units, batch 2 x 8,
+device=cpu, compile.backend=eager: dynamo traces, inductor generates nothing) with every side that runs on a
+CPU, so the test suite keeps this script working; its figures mean nothing.
 
 Sides, each in its own process; a size's sides are built side by side (their compile warm-ups overlap:
-upper bounds), then timed one at a time in alternating rounds (--warmup untimed, then --reps timed updates
-each, every update between two device syncs, replay sampling untimed):
+upper bounds), then timed one at a time in rounds, each round starting at the next side (--warmup untimed
+updates, then --reps updates each between two device syncs: seconds per update; then --reps more issued back
+to back with one sync at the end, as training issues them: throughput; replay sampling untimed). A side
+whose parameters differ from ours by more than 2% (PARAM_TOLERANCE), or whose float32 math settings
+(TF32, cudnn.benchmark: harness.math_flags) differ from ours, is not timed: one line says why. TorchRL's
+stepper gets our math settings (dreamer.system.device.configure_cuda_math, from our config).
   ours_card      compile.update=card (harness.UPDATE_PATH_KEY): world model eager, actor/value losses
                  compiled; before that key exists, today's learner, which is that path
   ours_captured  compile.update=captured: the whole update in CUDA graphs; SKIP on the CPU, and where the
@@ -42,11 +50,13 @@ reserve (--first-update-reserve-s each); a side not built in time, rounds past t
 runs that do not fit are skipped, each with a line.
 
 Keys in --json, per size: speedup_vs_torchrl_<size> (torchrl_s / ours as shipped: compile.update as composed
-for the device, the fastest of ours where it picks at run time), _card and _captured;
-speedup_captured_vs_card_<size>; first_update_s_<size>; speedup_vs_jax_<size> and speedup_vs_sheeprl_<size>
-at size1m (tiny_states). "sizes" holds each side's medians, parameters, build and warm-up seconds and
-per-round figures; "skips" one line per thing that did not run, with its reason. A speedup is the median
-over rounds of the per-round ratio, null where its two sides did not both run.
+for the device, the fastest of ours where it picks at run time), _card and _captured, per synced update;
+throughput_vs_torchrl_<size> the same from the back-to-back seconds; speedup_captured_vs_card_<size>;
+first_update_s_<size>; speedup_vs_jax_<size> and speedup_vs_sheeprl_<size> at size1m (tiny_states). "sizes"
+holds each side's medians (s_per_update synced, back_to_back_s, updates_per_s), parameters, math settings,
+build and warm-up seconds and per-round figures, and each round's order; "skips" one line per thing that
+did not run, with its reason. A speedup is the median over rounds of the per-round ratio, null where its two
+sides did not both run.
 """
 
 from __future__ import annotations
@@ -93,8 +103,11 @@ CPU_SIZES = {
     "tiny_states": ["experiment=small", *TINY],
     "tiny_pixels": ["experiment=small", *PENDULUM_PIXELS, *TINY],
 }
-REFERENCE_SIZE = {"cuda": "size1m", "cpu": "tiny_states"}  # where the JAX and sheeprl sides run
+REFERENCE_SIZE = {"cuda": "size1m", "cpu": "tiny_states"}  # where the JAX and sheeprl sides run; alone in a call
 OUR_PATHS = {"card": "ours_card", "captured": "ours_captured"}
+SIDES = (*OUR_PATHS.values(), "torchrl", "jax", "sheeprl")
+# Sides of one comparison hold the same model: their parameter counts agree within this fraction.
+PARAM_TOLERANCE = 0.02
 # A side that says nothing for this long is hung (the budget usually cuts sooner).
 SIDE_TIMEOUT_S = 1200
 FIRST_UPDATE_TIMEOUT_S = 300
@@ -137,7 +150,8 @@ def plan(size: str, overrides: list[str], args, cache_dir: str) -> tuple[dict, d
     # TorchRL's auto: compiled and captured on CUDA, eager elsewhere.
     recipe = torchrl_v3.recipe_config(cfg, compiled=cuda, cuda=cuda)
     plans["torchrl"] = (sys.executable, {"kind": "torchrl", "device": cfg.device, "fill_steps": fill,
-                                         "recipe": recipe}, {"TORCHINDUCTOR_CACHE_DIR": f"{cache_dir}/torchrl"})
+                                         "recipe": recipe, "cuda_fast_math": cfg.cuda_fast_math},
+                        {"TORCHINDUCTOR_CACHE_DIR": f"{cache_dir}/torchrl"})
     if size == REFERENCE_SIZE["cuda" if cuda else "cpu"]:
         if why := jax_v3.problem(args.jax_python, args.dreamerv3_src):
             skips["jax"] = why
@@ -151,7 +165,10 @@ def plan(size: str, overrides: list[str], args, cache_dir: str) -> tuple[dict, d
             rows = peers.mapping(cfg, args.threads or os.cpu_count())
             plans["sheeprl"] = (args.sheeprl_python, {"kind": "sheeprl",
                                                       "sheeprl_overrides": peers.sheeprl_overrides(rows)}, {})
-    return plans, skips
+    left_out = {side: "left out by --sides" for side in [*plans, *skips] if side not in args.sides}
+    plans = {side: p for side, p in plans.items() if side in args.sides}
+    skips = {side: why for side, why in skips.items() if side in args.sides}
+    return plans, {**skips, **left_out}
 
 
 def start_and_build(plans: dict, args, budget: Budget, skip) -> dict[str, SideProcess]:
@@ -179,26 +196,54 @@ def start_and_build(plans: dict, args, budget: Budget, skip) -> dict[str, SidePr
     return procs
 
 
-def time_rounds(procs: dict[str, SideProcess], args, budget: Budget, skip) -> dict[str, list[dict]]:
-    """Alternating rounds (at least one), until --rounds or the budget's share for timings is spent."""
-    order = list(procs)
-    rounds = {side: [] for side in order}
-    print(f"  {'round':>5}" + "".join(f"{s + ' s':>18}" for s in order))
+def refusals(infos: dict[str, dict]) -> dict[str, str]:
+    """{side: why it is not timed}: sides whose parameters differ from ours by more than PARAM_TOLERANCE, or
+    whose math settings (where a side reports them) differ from ours. Nothing to refuse without our side."""
+    ours = next((side for side in OUR_PATHS.values() if side in infos), None)
+    if ours is None:
+        return {}
+    reference = sum(infos[ours]["params"].values())
+    refused = {}
+    for side, info in infos.items():
+        total = sum(info["params"].values())
+        if abs(total - reference) > PARAM_TOLERANCE * reference:
+            refused[side] = (f"{total:,} parameters against {ours}'s {reference:,} ({total / reference - 1:+.1%}, "
+                             f"more than {PARAM_TOLERANCE:.0%} apart): not the same model, not timed")
+        elif info.get("math") is not None and info["math"] != infos[ours]["math"]:
+            refused[side] = f"math settings {info['math']} against {ours}'s {infos[ours]['math']}: not timed"
+    return refused
+
+
+def round_order(sides: list[str], r: int) -> list[str]:
+    """Round ``r``'s order: the sides rotated by ``r``, so each side opens a round in turn (with two sides,
+    the order alternates)."""
+    shift = r % len(sides) if sides else 0
+    return sides[shift:] + sides[:shift]
+
+
+def time_rounds(procs: dict[str, SideProcess], args, budget: Budget, skip) -> tuple[dict[str, list[dict]], list]:
+    """Rounds (at least one) in rotating order, until --rounds or the budget's share for timings is spent:
+    ({side: each round's figures}, each round's order)."""
+    sides = list(procs)
+    rounds = {side: [] for side in sides}
+    orders = []
+    print(f"  {'round':>5}" + "".join(f"{s + ' s (synced/b2b)':>28}" for s in sides))
     for r in range(args.rounds):
         if r > 0 and budget.for_timings() <= 0:
             skip("rounds", f"{args.rounds - r} of {args.rounds} rounds cut by --budget-s")
             break
-        for side in (order if r % 2 == 0 else order[::-1]):
-            if side in procs:
-                try:
-                    rounds[side].append(procs[side].time(args.warmup, args.reps))
-                except SideFailed as err:
-                    print(err, file=sys.stderr)
-                    skip(side, f"failed while timed: {str(err).splitlines()[-1]}")
-                    del procs[side], rounds[side]
-        print(f"  {r:>5}" + "".join(f"{rounds[s][-1]['wall_s']:>18.4f}" if rounds.get(s) else f"{'-':>18}"
-                                    for s in order), flush=True)
-    return rounds
+        order = [side for side in round_order(sides, r) if side in procs]
+        orders.append(order)
+        for side in order:
+            try:
+                rounds[side].append(procs[side].time(args.warmup, args.reps, back_to_back=True))
+            except SideFailed as err:
+                print(err, file=sys.stderr)
+                skip(side, f"failed while timed: {str(err).splitlines()[-1]}")
+                del procs[side], rounds[side]
+        print(f"  {r:>5}" + "".join(f"{rounds[s][-1]['wall_s']:>17.4f} / {rounds[s][-1]['back_to_back_s']:.4f}"
+                                    if rounds.get(s) else f"{'-':>28}" for s in sides), flush=True)
+    return rounds, orders
 
 
 def shipped_side(cfg, rounds: dict) -> tuple[str | None, str]:
@@ -213,11 +258,11 @@ def shipped_side(cfg, rounds: dict) -> tuple[str | None, str]:
     return fastest, f"{path} picks at run time: the fastest of ours measured, {fastest}"
 
 
-def speedup(rounds: dict, ours: str | None, other: str) -> float | None:
-    """Median over rounds of other_s / ours_s; None where either did not run."""
+def speedup(rounds: dict, ours: str | None, other: str, figure: str = "wall_s") -> float | None:
+    """Median over rounds of other's / ours' ``figure`` (seconds); None where either did not run."""
     if not rounds.get(ours) or not rounds.get(other):
         return None
-    return statistics.median(o["wall_s"] / u["wall_s"] for o, u in zip(rounds[other], rounds[ours]))
+    return statistics.median(o[figure] / u[figure] for o, u in zip(rounds[other], rounds[ours]))
 
 
 def run_size(size: str, overrides: list[str], args, budget: Budget, skip) -> dict:
@@ -230,25 +275,36 @@ def run_size(size: str, overrides: list[str], args, budget: Budget, skip) -> dic
         if "torchrl" in plans:
             for line in torchrl_v3.describe(plans["torchrl"][1]["recipe"]):
                 print(f"  torchrl recipe {line}")
-        procs = {}
+        procs, rounds, orders = {}, {}, []
         try:
             procs = start_and_build(plans, args, budget, skip)
             infos = {side: proc.info for side, proc in procs.items()}
             if infos:
                 peers.print_params({side: info["params"] for side, info in infos.items()})
-            rounds = time_rounds(procs, args, budget, skip) if procs else {}
+                for side, info in infos.items():
+                    print(f"  math {side}: {info.get('math') or 'not set by this benchmark'}")
+            for side, why in refusals(infos).items():
+                skip(side, why)
+                procs.pop(side).stop()
+            if procs:
+                rounds, orders = time_rounds(procs, args, budget, skip)
         finally:
             for proc in procs.values():
                 proc.stop()
     shipped, how = shipped_side(cfg, rounds)
-    sides = {side: {**infos[side], "s_per_update": statistics.median(r["wall_s"] for r in rounds[side]),
-                    "cpu_s": statistics.median(r["cpu_s"] for r in rounds[side]), "rounds": rounds[side]}
-             for side in rounds if rounds[side]}
+    sides = {}
+    for side in rounds:
+        if rounds[side]:
+            back_to_back = statistics.median(r["back_to_back_s"] for r in rounds[side])
+            sides[side] = {**infos[side], "s_per_update": statistics.median(r["wall_s"] for r in rounds[side]),
+                           "back_to_back_s": back_to_back, "updates_per_s": 1.0 / back_to_back,
+                           "cpu_s": statistics.median(r["cpu_s"] for r in rounds[side]), "rounds": rounds[side]}
     return {
-        "overrides": overrides, "shipped": how, "sides": sides,
+        "overrides": overrides, "shipped": how, "sides": sides, "orders": orders,
         "speedup_vs_torchrl": speedup(rounds, shipped, "torchrl"),
         "speedup_vs_torchrl_card": speedup(rounds, "ours_card", "torchrl"),
         "speedup_vs_torchrl_captured": speedup(rounds, "ours_captured", "torchrl"),
+        "throughput_vs_torchrl": speedup(rounds, shipped, "torchrl", "back_to_back_s"),
         "speedup_captured_vs_card": speedup(rounds, "ours_captured", "ours_card"),
         "speedup_vs_jax": speedup(rounds, shipped, "jax"), "speedup_vs_sheeprl": speedup(rounds, shipped, "sheeprl"),
     }
@@ -293,14 +349,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cpu", action="store_true", help="tiny sizes on the CPU (what the test suite runs)")
-    parser.add_argument("--sizes", nargs="+", help="which sizes (default: every size of the mode)")
+    parser.add_argument("--sizes", nargs="+",
+                        help="which sizes (default: size1m, or tiny_states with --cpu, which run alone)")
+    parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES),
+                        help="which sides (default: every side that runs here)")
     parser.add_argument("--budget-s", type=float,
                         help="the whole command's seconds (default 500; with --cpu 1200, a safety net only)")
     parser.add_argument("--size-min-s", type=float, default=60, help="start a size only with this much left (60)")
     parser.add_argument("--first-update-reserve-s", type=float, default=60,
                         help="seconds kept back for each first-update run (default 60); 0 with --no-first-update")
     parser.add_argument("--no-first-update", action="store_true", help="skip the python -m dreamer runs")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds, each opened by the next side (default 3)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed updates per side and round (default 5)")
     parser.add_argument("--reps", type=int, default=20, help="timed updates per side and round (default 20)")
     parser.add_argument("--threads", type=int, help="torch threads per side (default: torch's; 1 with --cpu)")
@@ -312,10 +371,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--serve", help=argparse.SUPPRESS)  # internal: run one side
     args = parser.parse_args(argv)
     table = CPU_SIZES if args.cpu else SIZES
-    args.sizes = args.sizes or list(table)
+    alone = REFERENCE_SIZE["cpu" if args.cpu else "cuda"]
+    args.sizes = args.sizes or [alone]
     if unknown := [s for s in args.sizes if s not in table]:
         mode = "--cpu" if args.cpu else "the GPU"
         parser.error(f"--sizes {' '.join(unknown)}: {mode} sizes are {', '.join(table)}")
+    if alone in args.sizes and len(set(args.sizes)) > 1:
+        parser.error(f"--sizes: {alone} runs alone (its sides' cold compiles take most of a call): "
+                     f"give it a call of its own, the other sizes another")
     if min(args.rounds, args.reps, args.threads or 1, args.fill_steps or 1) < 1 or args.warmup < 0:
         parser.error("--rounds, --reps, --threads and --fill-steps must be >= 1, --warmup >= 0")
     if args.cpu and args.threads is None:
@@ -352,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
                      "warmup": args.warmup, "reps": args.reps, "sizes": {}, "first_update": {}}
     for size in table:
         for key in ("speedup_vs_torchrl_{}", "speedup_vs_torchrl_{}_card", "speedup_vs_torchrl_{}_captured",
-                    "speedup_captured_vs_card_{}", "first_update_s_{}"):
+                    "throughput_vs_torchrl_{}", "speedup_captured_vs_card_{}", "first_update_s_{}"):
             results[key.format(size)] = None
     reference = REFERENCE_SIZE[results["mode"]]
     results[f"speedup_vs_jax_{reference}"] = results[f"speedup_vs_sheeprl_{reference}"] = None
@@ -367,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         for variant in ("", "_card", "_captured"):
             results[f"speedup_vs_torchrl_{size}{variant}"] = r[f"speedup_vs_torchrl{variant}"]
         results[f"speedup_captured_vs_card_{size}"] = r["speedup_captured_vs_card"]
+        results[f"throughput_vs_torchrl_{size}"] = r["throughput_vs_torchrl"]
         if size == reference:
             results[f"speedup_vs_jax_{size}"], results[f"speedup_vs_sheeprl_{size}"] = \
                 r["speedup_vs_jax"], r["speedup_vs_sheeprl"]
@@ -392,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     results["skips"] = skips
     print()
     for key, value in results.items():
-        if key.startswith(("speedup_", "first_update_s_")):
+        if key.startswith(("speedup_", "throughput_", "first_update_s_")):
             print(f"  {key}: {'-' if value is None else f'{value:.2f}'}")
     write_report(args.json, results)
     return 0

@@ -113,6 +113,29 @@ def time_calls(call: Callable, next_input: Callable, warmup: int, reps: int,
     return {"wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus), "walls": walls}
 
 
+def time_back_to_back(call: Callable, next_input: Callable, reps: int,
+                      sync: Callable[[], None] = lambda: None) -> float:
+    """Seconds per call of ``reps`` calls issued back to back, as training issues them: the inputs drawn
+    first, one ``sync`` before the first call and one after the last, none between (on a GPU the host
+    queues the next update while the device runs this one)."""
+    args = [next_input() for _ in range(reps)]
+    sync()
+    wall = time.perf_counter()
+    for arg in args:
+        call(arg)
+    sync()
+    return (time.perf_counter() - wall) / reps
+
+
+def math_flags() -> dict:
+    """The float32 math settings this process's torch runs with (what dreamer.system.device's
+    ``configure_cuda_math`` sets on CUDA): sides of one comparison must agree on them."""
+    import torch
+
+    return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32, "cudnn.benchmark": torch.backends.cudnn.benchmark}
+
+
 def median_or_none(values) -> float | None:
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
@@ -199,6 +222,7 @@ class Built:
     params: dict  # PARAM_ROWS row -> parameters
     compile_warmup_s: float | None = None
     sync: Callable[[], None] = lambda: None  # waits for the side's device: time_calls's ``sync``
+    math: dict | None = None  # math_flags() of a torch side whose flags we set (ours, TorchRL's)
 
 
 def count_params(*modules) -> int:
@@ -223,7 +247,7 @@ def build_ours(spec: dict) -> Built:
     learner.compile()  # as the app does with compile off too: compile.update=captured captures the eager update
     warmup_s = learner.warmup(replay.sample()) if cfg.compile.enabled else None
     sync = torch.cuda.synchronize if learner.device.type == "cuda" else (lambda: None)
-    return Built(learner.update, replay.sample, params, warmup_s, sync)
+    return Built(learner.update, replay.sample, params, warmup_s, sync, math_flags())
 
 
 def serve(builders: dict[str, Callable[[dict], Built]], spec: dict) -> int:
@@ -247,13 +271,15 @@ def serve(builders: dict[str, Callable[[dict], Built]], spec: dict) -> int:
         replies.write(json.dumps({"error": f"{type(err).__name__}: {str(err).strip()}".splitlines()[0][:400]}) + "\n")
         return 1
     replies.write(json.dumps({"params": side.params, "compile_warmup_s": side.compile_warmup_s,
-                              "build_s": time.perf_counter() - start}) + "\n")
+                              "build_s": time.perf_counter() - start, "math": side.math}) + "\n")
     for line in sys.stdin:
         request = json.loads(line)
         if request["op"] == "stop":
             break
-        replies.write(json.dumps(time_calls(side.update, side.next_batch, request["warmup"], request["reps"],
-                                            side.sync)) + "\n")
+        timed = time_calls(side.update, side.next_batch, request["warmup"], request["reps"], side.sync)
+        if request.get("back_to_back"):
+            timed["back_to_back_s"] = time_back_to_back(side.update, side.next_batch, request["reps"], side.sync)
+        replies.write(json.dumps(timed) + "\n")
     return 0
 
 
@@ -281,15 +307,17 @@ class SideProcess:
                                      start_new_session=True)
 
     def built(self, timeout_s: float | None = None) -> dict:
-        """Its build reply (``params``, ``compile_warmup_s``, ``build_s``), waiting at most ``timeout_s``."""
+        """Its build reply (``params``, ``compile_warmup_s``, ``build_s``, ``math``), waiting at most ``timeout_s``."""
         if self.info is None:
             self.info = self._reply("build", timeout_s)
         return self.info
 
-    def time(self, warmup: int, reps: int) -> dict:
-        """``warmup`` untimed updates, then :func:`time_calls`'s figures for ``reps`` timed ones."""
+    def time(self, warmup: int, reps: int, back_to_back: bool = False) -> dict:
+        """``warmup`` untimed updates, then :func:`time_calls`'s figures for ``reps`` timed ones (and with
+        ``back_to_back``, :func:`time_back_to_back`'s ``back_to_back_s`` for ``reps`` more)."""
         try:
-            self.proc.stdin.write(json.dumps({"op": "time", "warmup": warmup, "reps": reps}) + "\n")
+            request = {"op": "time", "warmup": warmup, "reps": reps, "back_to_back": back_to_back}
+            self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
             pass  # _reply reports the dead process

@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import Built, compose, count_params, time_calls
+from harness import Built, compose, count_params, math_flags, time_calls
 
 RECIPE_FILES = ("dreamer_v3_utils", "dreamer_v3_agent", "dreamer_v3_replay")  # what its train.py imports by name
 SCAN_UNROLL = 8  # the recipe's rssm_scan_unroll
@@ -178,13 +178,18 @@ def torchrl_params(learner) -> dict[str, int]:
 
 def build_torchrl(spec: dict) -> Built:
     """The recipe's learner and stepper on ``spec["device"]``, from ``spec["recipe"]`` (``recipe_config``),
-    built and warmed up as its train.py's main does."""
+    built and warmed up as its train.py's main does, with our CUDA math (``spec["cuda_fast_math"]``, our
+    config's cuda_fast_math: TF32 and cudnn.benchmark, set as our learner's process sets them; the recipe
+    sets none of its own)."""
     import torch
     from omegaconf import OmegaConf
 
+    from dreamer.system.device import configure_cuda_math
+
+    device = torch.device(spec["device"])
+    configure_cuda_math(device, spec.get("cuda_fast_math", True))  # before anything is built, as ours
     train = recipe_train()
     recipe = OmegaConf.create(spec["recipe"])
-    device = torch.device(spec["device"])
     torch.manual_seed(recipe.env.seed)
     proof_env = train.make_env(recipe, recipe.env.seed)
     obs_dim = 0 if recipe.env.vector_key is None else proof_env.observation_spec[recipe.env.vector_key].shape[-1]
@@ -203,7 +208,8 @@ def build_torchrl(spec: dict) -> Built:
         stepper.warmup(next_batch())
         warmup_s = time.perf_counter() - start
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    return Built(lambda batch: stepper.step(None, batch), next_batch, torchrl_params(learner), warmup_s, sync)
+    return Built(lambda batch: stepper.step(None, batch), next_batch, torchrl_params(learner), warmup_s, sync,
+                 math_flags())
 
 
 def side_spec(overrides: list[str], *, compiled: bool, fill_steps: int | None = None) -> dict:
@@ -211,7 +217,7 @@ def side_spec(overrides: list[str], *, compiled: bool, fill_steps: int | None = 
     cfg = compose(overrides)
     cuda = cfg.device.startswith("cuda")
     return {"kind": "torchrl", "recipe": recipe_config(cfg, compiled=compiled, cuda=cuda),
-            "device": cfg.device if cuda else "cpu", "fill_steps": fill_steps}
+            "device": cfg.device if cuda else "cpu", "fill_steps": fill_steps, "cuda_fast_math": cfg.cuda_fast_math}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from dreamer.config.location import conf_dir
 from dreamer.errors import UserError
 from dreamer.report.console import VERBOSE_ENV, quiet_logging
 from dreamer.run.stopping import under_requeueing_scheduler
+from dreamer.system.torch_version import warn_if_unsupported_torch
 
 if TYPE_CHECKING:
     from dreamer.run.preflight import CheckedRun
@@ -50,6 +51,7 @@ def main(dict_cfg: DictConfig, checked: CheckedRun | None = None) -> RunResult:
     machine) makes them here, in build_run, before it builds anything."""
     with one_line_on_user_error():
         check_gl_environment(os.environ)  # also for a launcher's job process, which skips run()
+    warn_if_unsupported_torch()  # one line when torch is outside pyproject.toml's range
     verbose = os.environ.get(VERBOSE_ENV) == "1"
     if not verbose:
         quiet_logging()  # Hydra has configured logging for the job by now; before torchrl logs (PyOpenGL)

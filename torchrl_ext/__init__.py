@@ -11,6 +11,7 @@ from torchrl_ext.dreamer_v3 import (
     SyncFreeDreamerV3ValueLoss,
     replay_lambda_returns,
 )
+from torchrl_ext.fixed_specs import FixedSpecsDreamerEnv
 from torchrl_ext.held_out import held_out_view, shares_weights, stale_held_out_views
 from torchrl_ext.host_memory import page_locked_like
 from torchrl_ext.imagination import (
@@ -56,6 +57,7 @@ __all__ = [
     "CacheableRSSMPrior",
     "DeliversSamplesInto",
     "FixedBoundsTanhNormal",
+    "FixedSpecsDreamerEnv",
     "LeanRSSMRolloutV3",
     "LivenessCheckedSharedMemWeightSyncScheme",
     "MatmulObsDecoder",

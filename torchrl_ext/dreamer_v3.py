@@ -40,6 +40,8 @@ from torchrl.objectives import DreamerV3ActorLoss, DreamerV3ValueLoss
 from torchrl.objectives.dreamer_v3 import _match_trailing_dim
 from torchrl.objectives.value.functional import td_lambda_return_estimate
 
+from torchrl_ext.value_norm import TraceablePercentileValueNorm
+
 # The critic's logits over imagined steps 0..H-1, with their graph to the
 # critic's weights: written by the actor loss, read by the value loss.
 CRITIC_LOGITS_KEY = "_critic_logits"
@@ -84,12 +86,14 @@ class OneCriticPassDreamerV3ActorLoss(DreamerV3ActorLoss):
     must not do: it keeps upstream's path.
 
     ``value_logits_key`` names the critic's logits output (the value loss's
-    ``value_logits`` key); every other argument is upstream's.
+    ``value_logits`` key); every other argument is upstream's. The return scale's
+    quantiles are taken in traceable ops (torchrl_ext/value_norm.py).
     """
 
     def __init__(self, *args, value_logits_key: NestedKey = "state_value_logits", **kwargs):
         super().__init__(*args, **kwargs)
         self.value_logits_key = value_logits_key
+        self.retnorm = TraceablePercentileValueNorm.like(self.retnorm)
 
     def forward(self, tensordict: TensorDictBase) -> tuple[TensorDict, TensorDict]:
         if not self.use_reinforce:

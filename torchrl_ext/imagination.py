@@ -29,7 +29,6 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import distributions as D
-from torchrl.envs import DreamerEnv
 from torchrl.modules import OneHotCategorical, TanhNormal
 from torchrl.modules.distributions.continuous import (
     SafeTanhTransform,
@@ -37,8 +36,10 @@ from torchrl.modules.distributions.continuous import (
     _PatchedComposeTransform,
 )
 
+from torchrl_ext.fixed_specs import FixedSpecsDreamerEnv
 
-class NonTerminatingDreamerEnv(DreamerEnv):
+
+class NonTerminatingDreamerEnv(FixedSpecsDreamerEnv):
     """A :class:`~torchrl.envs.DreamerEnv` whose rollouts never test for done.
 
     ``rollout`` defaults to ``break_when_any_done=False`` (callers may still ask
@@ -53,7 +54,7 @@ class NonTerminatingDreamerEnv(DreamerEnv):
         return tensordict
 
 
-class BatchedRewardDreamerEnv(DreamerEnv):
+class BatchedRewardDreamerEnv(FixedSpecsDreamerEnv):
     """A :class:`~torchrl.envs.DreamerEnv` whose fixed-horizon rollouts step only
     the transition model and score rewards once, over the whole imagined block.
 
@@ -82,11 +83,10 @@ class BatchedRewardDreamerEnv(DreamerEnv):
 
     def _batched_reward_rollout(self, max_steps: int, policy, start: TensorDictBase) -> TensorDictBase:
         transition, reward_model = self.world_model[0], self.world_model[1]
-        state_keys = list(self.state_spec.keys())
-        done_keys = list(self.full_done_spec.keys())
+        state_keys, done_keys = self.state_keys, self.done_keys
         batch, device = start.batch_size, self.device
         # No done model: every imagined step's flags are False (what ``step`` fills in).
-        not_done = {key: self.full_done_spec[key].zero(batch) for key in done_keys}
+        not_done = self.not_done(batch)
         latent = {key: start.get(key) for key in state_keys}
         flags = {key: start.get(key, not_done[key]) for key in done_keys}
         steps, nexts = [], []
@@ -103,7 +103,7 @@ class BatchedRewardDreamerEnv(DreamerEnv):
             {key: torch.stack([n[key] for n in nexts], time_dim) for key in state_keys},
             batch_size=out.batch_size, device=device,
         )
-        reward_keys = list(self.full_reward_spec.keys())
+        reward_keys = self.reward_keys
         scored = reward_model(next_td.select(*reward_model.in_keys))
         for key in reward_keys:
             next_td.set(key, scored.get(key))
@@ -113,7 +113,7 @@ class BatchedRewardDreamerEnv(DreamerEnv):
         return out
 
 
-class ScoreFunctionDreamerEnv(DreamerEnv):
+class ScoreFunctionDreamerEnv(FixedSpecsDreamerEnv):
     """A :class:`~torchrl.envs.DreamerEnv` whose rollouts can skip recording autograd.
 
     With a score-function (REINFORCE) actor loss, which DreamerV3 uses for

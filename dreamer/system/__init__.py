@@ -5,5 +5,6 @@
 - ``memory``: the learner's malloc policy;
 - ``compile`` / ``compile_cache``: torch.compile arguments, inductor cache and portable artifacts;
 - ``distributed``: torchrun ranks, gradient averaging, votes;
-- ``profiling``: the traced window and merged trace.
+- ``profiling``: the traced window and merged trace;
+- ``torch_version``: the supported torch range, checked at start-up.
 """

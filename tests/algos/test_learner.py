@@ -351,6 +351,7 @@ def test_cuda_update_is_sync_free(setup, request):
 
 
 @pytest.mark.slow
+@pytest.mark.trace
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("autocast", [None, torch.bfloat16])
 def test_updates_after_warm_up_never_trace_a_compiled_loss_again(state_setup, autocast):

@@ -456,6 +456,7 @@ def test_one_critic_pass_gives_upstreams_reinforce_losses_and_gradients(discrete
 
 
 @pytest.mark.slow
+@pytest.mark.trace
 @pytest.mark.timeout(600)
 def test_v3_card_path_traces_without_breaks_its_warm_up_touches_no_statistics_and_updates_trace_nothing(state_setup):
     """As shipped (compile.rssm_step on): the world-model loss traces the RSSM step's two graphs
@@ -500,6 +501,7 @@ def _graphs_traced_by(fn) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.trace
 @pytest.mark.timeout(600)
 def test_v3_compile_without_the_rssm_step_leaves_the_world_model_eager_and_warm_up_covers_the_losses(state_setup):
     """compile.rssm_step=false: the world-model loss traces nothing; the warm-up traces the
@@ -547,6 +549,7 @@ def test_v3_compiled_rssm_step_gives_the_eager_world_model_loss_and_gradients(st
 
 
 @pytest.mark.slow
+@pytest.mark.trace
 @pytest.mark.timeout(300)
 def test_an_open_loop_report_runs_the_eager_rssm_step_and_traces_nothing(pixel_setup):
     """The report runs the world model on a few sequences under no_grad: the compiled

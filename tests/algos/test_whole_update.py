@@ -89,6 +89,7 @@ def learners(request):
 
 
 @pytest.mark.slow
+@pytest.mark.trace
 def test_whole_update_is_one_graph_without_host_reads_and_gives_the_card_paths_numbers(learners, monkeypatch):
     card, whole, recorder, batch, _ = learners
     assert card.update_path is UpdatePath.LOSSES and whole.update_path is UpdatePath.WHOLE
@@ -103,6 +104,8 @@ def test_whole_update_is_one_graph_without_host_reads_and_gives_the_card_paths_n
         monkeypatch.undo()
     assert calls.total() == 0, f"host transfers in the compiled update: {calls.report()}"
     assert len(recorder.graphs) == 1
+    imagination = whole.models.model_based_env
+    assert not imagination.__dict__.get("_cache"), f"the update filled TorchRL's key cache: {imagination._cache}"
     torch.manual_seed(7)
     for _ in range(UPDATES):
         card.update(batch.clone())
@@ -114,6 +117,7 @@ def test_whole_update_is_one_graph_without_host_reads_and_gives_the_card_paths_n
 
 
 @pytest.mark.slow
+@pytest.mark.trace
 def test_whole_update_skips_a_non_finite_batch_and_checkpoints_into_and_out_of_the_whole_path(learners):
     card, whole, recorder, batch, env = learners
     whole.load_state_dict(copy.deepcopy(card.state_dict()))  # into the whole path
@@ -188,6 +192,7 @@ def test_dreamer_v1_refuses_a_compiled_whole_update_in_one_line():
 
 
 @pytest.mark.slow
+@pytest.mark.trace
 def test_card_path_compiled_losses_of_a_discrete_actor_run_without_graph_breaks_or_recompiles_after_warm_up():
     """A discrete actor's one-hot sample broke the compiled imagination (its frame ran
     eagerly, and the tensordict calls inside it, compiled one by one, recompiled per

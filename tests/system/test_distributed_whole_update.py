@@ -69,6 +69,7 @@ def _whole_updates_on_rank(rank: int, port: int, out) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.trace
 def test_ranks_stay_bit_identical_through_compiled_whole_updates_on_different_batches():
     ctx = mp.get_context("spawn")
     out = ctx.Queue()

@@ -306,4 +306,5 @@ def _imagination_env(modules: nn.ModuleDict, a: DreamerV1Config, env: EnvBase, d
         device=device,
     )
     model_based_env.set_specs_from_env(env)
-    return model_based_env.to(device)
+    # Keys and done templates computed now: the traced update reads them, never fills a cache.
+    return model_based_env.to(device).fix_specs()

@@ -365,4 +365,5 @@ def _imagination_env(modules: nn.ModuleDict, a: DreamerV3Config, env: EnvBase, t
     model_based_env.set_specs_from_env(env)
     # Imagination produces latents only, no observations.
     model_based_env.observation_spec = model_based_env.state_spec.clone()
-    return model_based_env.to(device)
+    # Keys and done templates computed now: the traced update reads them, never fills a cache.
+    return model_based_env.to(device).fix_specs()
