@@ -1,4 +1,4 @@
-"""Seconds per DreamerV3 update on one GPU: our card and captured update paths against TorchRL's own
+"""Seconds per DreamerV3 update on one GPU: our compiled-losses and captured update paths against TorchRL's own
 stepper (compiled scan + CUDA graph) at size1m, size12m and size200m, the JAX reference and sheeprl at
 size1m where they run, and the first update's time from process start; one command for one device call.
 
@@ -26,7 +26,7 @@ to back with one sync at the end, as training issues them: throughput; replay sa
 whose parameters differ from ours by more than 2% (PARAM_TOLERANCE), or whose float32 math settings
 (TF32, cudnn.benchmark: harness.math_flags) differ from ours, is not timed: one line says why. TorchRL's
 stepper gets our math settings (dreamer.system.device.configure_cuda_math, from our config).
-  ours_card      compile.update=card (harness.UPDATE_PATH_KEY): world model eager, actor/value losses
+  ours_losses      compile.update=losses (harness.UPDATE_PATH_KEY): world model eager, actor/value losses
                  compiled; before that key exists, today's learner, which is that path
   ours_captured  compile.update=captured: the whole update in CUDA graphs; SKIP on the CPU, and where the
                  config schema lacks the key
@@ -50,8 +50,8 @@ reserve (--first-update-reserve-s each); a side not built in time, rounds past t
 runs that do not fit are skipped, each with a line.
 
 Keys in --json, per size: speedup_vs_torchrl_<size> (torchrl_s / ours as shipped: compile.update as composed
-for the device, the fastest of ours where it picks at run time), _card and _captured, per synced update;
-throughput_vs_torchrl_<size> the same from the back-to-back seconds; speedup_captured_vs_card_<size>;
+for the device, the fastest of ours where it picks at run time), _losses and _captured, per synced update;
+throughput_vs_torchrl_<size> the same from the back-to-back seconds; speedup_captured_vs_losses_<size>;
 first_update_s_<size>; speedup_vs_jax_<size> and speedup_vs_sheeprl_<size> at size1m (tiny_states). "sizes"
 holds each side's medians (s_per_update synced, back_to_back_s, updates_per_s), parameters, math settings,
 build and warm-up seconds and per-round figures, and each round's order; "skips" one line per thing that
@@ -104,7 +104,7 @@ CPU_SIZES = {
     "tiny_pixels": ["experiment=small", *PENDULUM_PIXELS, *TINY],
 }
 REFERENCE_SIZE = {"cuda": "size1m", "cpu": "tiny_states"}  # where the JAX and sheeprl sides run; alone in a call
-OUR_PATHS = {"card": "ours_card", "captured": "ours_captured"}
+OUR_PATHS = {"losses": "ours_losses", "captured": "ours_captured"}
 SIDES = (*OUR_PATHS.values(), "torchrl", "jax", "sheeprl")
 # Sides of one comparison hold the same model: their parameter counts agree within this fraction.
 PARAM_TOLERANCE = 0.02
@@ -302,10 +302,10 @@ def run_size(size: str, overrides: list[str], args, budget: Budget, skip) -> dic
     return {
         "overrides": overrides, "shipped": how, "sides": sides, "orders": orders,
         "speedup_vs_torchrl": speedup(rounds, shipped, "torchrl"),
-        "speedup_vs_torchrl_card": speedup(rounds, "ours_card", "torchrl"),
+        "speedup_vs_torchrl_losses": speedup(rounds, "ours_losses", "torchrl"),
         "speedup_vs_torchrl_captured": speedup(rounds, "ours_captured", "torchrl"),
         "throughput_vs_torchrl": speedup(rounds, shipped, "torchrl", "back_to_back_s"),
-        "speedup_captured_vs_card": speedup(rounds, "ours_captured", "ours_card"),
+        "speedup_captured_vs_losses": speedup(rounds, "ours_captured", "ours_losses"),
         "speedup_vs_jax": speedup(rounds, shipped, "jax"), "speedup_vs_sheeprl": speedup(rounds, shipped, "sheeprl"),
     }
 
@@ -414,8 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"mode": "cpu" if args.cpu else "cuda", "budget_s": args.budget_s, "rounds": args.rounds,
                      "warmup": args.warmup, "reps": args.reps, "sizes": {}, "first_update": {}}
     for size in table:
-        for key in ("speedup_vs_torchrl_{}", "speedup_vs_torchrl_{}_card", "speedup_vs_torchrl_{}_captured",
-                    "throughput_vs_torchrl_{}", "speedup_captured_vs_card_{}", "first_update_s_{}"):
+        for key in ("speedup_vs_torchrl_{}", "speedup_vs_torchrl_{}_losses", "speedup_vs_torchrl_{}_captured",
+                    "throughput_vs_torchrl_{}", "speedup_captured_vs_losses_{}", "first_update_s_{}"):
             results[key.format(size)] = None
     reference = REFERENCE_SIZE[results["mode"]]
     results[f"speedup_vs_jax_{reference}"] = results[f"speedup_vs_sheeprl_{reference}"] = None
@@ -427,9 +427,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         r = results["sizes"][size] = run_size(size, table[size], args, budget,
                                               lambda where, why, s=size: skip(f"{s} {where}", why))
-        for variant in ("", "_card", "_captured"):
+        for variant in ("", "_losses", "_captured"):
             results[f"speedup_vs_torchrl_{size}{variant}"] = r[f"speedup_vs_torchrl{variant}"]
-        results[f"speedup_captured_vs_card_{size}"] = r["speedup_captured_vs_card"]
+        results[f"speedup_captured_vs_losses_{size}"] = r["speedup_captured_vs_losses"]
         results[f"throughput_vs_torchrl_{size}"] = r["throughput_vs_torchrl"]
         if size == reference:
             results[f"speedup_vs_jax_{size}"], results[f"speedup_vs_sheeprl_{size}"] = \

@@ -119,9 +119,11 @@ REFUSALS = {
     "a run that ends before learning starts": Refusal(
         _fixed("experiment=smoke", "train.total_frames=150"),
         _says("train.total_frames=150 ends before learning starts")),
-    "sequences longer than the registered episodes": Refusal(
-        _fixed("env=gym", "env.name=CartPole-v1", "env.action_repeat=8", "buffer.batch_length=64"),
-        _says("env.name=CartPole-v1 ends its episodes after at most 63 agent steps")),
+    "a repval gradient without the joint update": Refusal(
+        _fixed("algo.joint_update=false"),
+        _says("algo.repval_grad=true trains the world model from the replay-value loss")),
+    "the old name of the compiled-losses path": Refusal(
+        _fixed("compile.update=card"), _says("compile.update=card was renamed: use compile.update=losses")),
     "resume of a finished run": Refusal(
         lambda tmp: [f"resume={tmp / RUN}"],
         lambda tmp: f"resume={tmp / RUN}: the run is finished (frames={TOTAL_FRAMES} of train.total_frames="

@@ -252,14 +252,6 @@ class BaseLearner(abc.ABC):
         self.loss_fns = {name: compile_fn(fn, self.compile_cfg) for name, fn in self._eager_fns.items()}
 
     @contextlib.contextmanager
-    def eager_losses(self) -> Iterator[None]:
-        compiled, self.loss_fns = self.loss_fns, dict(self._eager_fns)
-        try:
-            yield
-        finally:
-            self.loss_fns = compiled
-
-    @contextlib.contextmanager
     def held_statistics(self) -> Iterator[None]:
         """The block's forward passes leave the running statistics as they were."""
         with restored_after(self._statistics()):

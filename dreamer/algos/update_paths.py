@@ -169,19 +169,14 @@ class CompiledLosses(UpdateStrategy):
 
     def warmup(self, batch: TensorDictBase) -> float:
         """Forward and backward of every loss, as the update runs them, ``warmup_iters``
-        times after one eager pass; no optimiser step; the global RNG streams are left as
-        they were (a resumed run continues its own)."""
+        times; no optimiser step; the global RNG streams and running statistics are left
+        as they were (a resumed run continues its own)."""
         if not self.compile_cfg.enabled:
             return 0.0
         learner = self.learner
         start = device_clock(self.device)
         with torch.random.fork_rng(devices=self._rng_devices()), learner.held_statistics():
             prepared = learner.prepare(batch.clone())
-            # One eager pass first. TorchRL's envs fill a key cache on first use
-            # (EnvBase._cache); traced with it empty, dynamo guards on the empty
-            # cache and traces the whole imagination again on the next call.
-            with learner.eager_losses():
-                learner.forward_and_backward(prepared)
             for _ in range(self.compile_cfg.warmup_iters):
                 learner.forward_and_backward(prepared)
         learner.drop_grads()
@@ -211,15 +206,13 @@ class WholeGraph(UpdateStrategy):
         return "whole (the whole update as one compiled graph)"
 
     def warmup(self, batch: TensorDictBase) -> float:
-        """One eager update (TorchRL's key caches filled, as the losses path's warm-up
-        does), then compile.warmup_iters (at least one) compiled ones, after which every
-        tensor the updates changed (weights, optimiser state, statistics, metrics) and the
-        RNG streams are put back as they were."""
+        """compile.warmup_iters (at least one) compiled updates, after which every tensor
+        they changed (weights, optimiser state, statistics, metrics) and the RNG streams are
+        put back as they were."""
         if self.compiled is None:
             return 0.0
         start = device_clock(self.device)
         with torch.random.fork_rng(devices=self._rng_devices()), restored_after(self.learner.state_tensors()):
-            self.learner._update_body(batch.clone())
             for _ in range(max(1, self.compile_cfg.warmup_iters)):
                 self.compiled(batch.clone())
         return device_clock(self.device) - start

@@ -31,12 +31,13 @@ RUN_OUTPUT_DIRS = {"outputs", "multirun", "traces", "checkpoints", "videos", "cs
 RUN_OUTPUT_FILES = {
     "config.json", "metrics.jsonl", "summary.json", "learning_curve.png", "compile_cache.bin", "wandb_run.json",
     "run.lock", "learner_trace.json", "collector_<pid>_trace.json", "merged_trace.json",
-    "learning_check.json", "learning_suite.json", "learning_suite.md", "TASK.png",
+    "learning_check.json", "learning_suite.json", "learning_suite.md", "TASK.png", "multirun.yaml",
+    "ckpt_N.pt",
 }
 # Files a page's own commands make a line or two earlier.
 MADE_BY_THE_PAGE = {"torch-pin.txt"}
 # Placeholders a reader replaces: <anything>, and these capitalised words.
-PLACEHOLDER_WORDS = ("NAME", "DATE_TIME", "DATE", "TASK", "SWEEP_ID", "ENTITY", "MODULE", "DIR", "OUT", "ID")
+PLACEHOLDER_WORDS = ("NAME", "DATE_TIME", "DATE", "TASK", "SWEEP_ID", "ENTITY", "MODULE", "DIR", "OUT", "ID", "D")
 PLACEHOLDER = re.compile(r"<[^>]*>|\b(?:" + "|".join(PLACEHOLDER_WORDS) + r")\b")
 TOKEN = re.compile(r"(?:<[^>]*>|[^\s<])+")  # "<run dir>/run.lock" is one token
 GIT_OBJECT = re.compile(r"^[0-9a-f]{7,40}:")  # eab1ae3:scripts/x.py names a file in history

@@ -100,7 +100,7 @@ def test_gpu_bench_refuses_a_side_of_another_size_or_math_and_rotates_the_order_
     math = {"float32_matmul_precision": "high", "cudnn.allow_tf32": True, "cudnn.benchmark": True}
     params = {row: 1000 for row in load_script(BENCHMARKS / "harness.py").PARAM_ROWS}  # 8,000 in all
     reported = {
-        "ours_card": (params, math),
+        "ours_losses": (params, math),
         "torchrl": ({**params, "actor": 1156}, math),  # 1.95% more: the same model
         "sheeprl": ({**params, "actor": 1164}, None),  # 2.05% more: refused
         "jax": (params, {**math, "cudnn.benchmark": False}),  # other math: refused
@@ -117,16 +117,16 @@ def test_gpu_bench_refuses_a_side_of_another_size_or_math_and_rotates_the_order_
     result = bench.run_size("tiny_states", bench.CPU_SIZES["tiny_states"], args, bench.Budget(600, 0),
                             lambda where, why: skips.append(f"{where}: {why}"))
     refused = [line for line in skips if "not timed" in line]
-    assert len(refused) == 2 and refused[0].startswith("sheeprl: 8,164 parameters against ours_card's 8,000 (+2.")
+    assert len(refused) == 2 and refused[0].startswith("sheeprl: 8,164 parameters against ours_losses's 8,000 (+2.")
     assert refused[1].startswith("jax: math settings")
     by_name = {side.name: side for side in FakeSide.started}
     assert by_name["sheeprl"].stopped and by_name["sheeprl"].timed == 0 and by_name["jax"].timed == 0
-    timed = ["ours_card", "torchrl", "other"]
+    timed = ["ours_losses", "torchrl", "other"]
     assert result["orders"] == [timed, timed[1:] + timed[:1], timed[2:] + timed[:2], timed]
     assert set(result["sides"]) == set(timed)
-    card = result["sides"]["ours_card"]
+    card = result["sides"]["ours_losses"]
     assert card["s_per_update"] == 0.2 and card["back_to_back_s"] == 0.1 and card["updates_per_s"] == 10.0
-    assert result["speedup_vs_torchrl_card"] == 1.0 and result["throughput_vs_torchrl"] == 1.0
+    assert result["speedup_vs_torchrl_losses"] == 1.0 and result["throughput_vs_torchrl"] == 1.0
     assert "math torchrl: {'float32_matmul_precision': 'high'" in capsys.readouterr().out
 
 
@@ -136,11 +136,11 @@ def test_gpu_bench_gives_torchrls_stepper_our_cuda_math_before_it_builds(monkeyp
     import dreamer.system.device as device
 
     bench = load_script(BENCHMARKS / "gpu_bench.py")
-    args = bench.parse_args(["--cpu", "--sides", "ours_card", "torchrl"])
+    args = bench.parse_args(["--cpu", "--sides", "ours_losses", "torchrl"])
     for fast in (True, False):
         overrides = [*bench.CPU_SIZES["tiny_states"], f"cuda_fast_math={str(fast).lower()}"]
         plans, skips = bench.plan("tiny_states", overrides, args, "/nonexistent")
-        assert set(plans) == {"ours_card", "torchrl"} and skips["jax"] == skips["sheeprl"] == "left out by --sides"
+        assert set(plans) == {"ours_losses", "torchrl"} and skips["jax"] == skips["sheeprl"] == "left out by --sides"
         spec = plans["torchrl"][1]
         calls = []
         monkeypatch.setattr(device, "configure_cuda_math", lambda *call: calls.append(call))
@@ -194,15 +194,15 @@ def test_gpu_bench_cpu_mode_runs_every_cpu_side_and_gives_every_skip_a_reason(tm
     for size in ("tiny_states",):
         # Ours (the card path) and TorchRL's stepper ran side by side, with the same weights and the same
         # math settings, per synced update and back to back, each opening a round.
-        assert report[f"speedup_vs_torchrl_{size}"] > 0 and report[f"speedup_vs_torchrl_{size}_card"] > 0
+        assert report[f"speedup_vs_torchrl_{size}"] > 0 and report[f"speedup_vs_torchrl_{size}_losses"] > 0
         assert report[f"throughput_vs_torchrl_{size}"] > 0
         sides = report["sizes"][size]["sides"]
-        assert sides["ours_card"]["params"] == sides["torchrl"]["params"]
-        assert sides["ours_card"]["math"] == sides["torchrl"]["math"] is not None
+        assert sides["ours_losses"]["params"] == sides["torchrl"]["params"]
+        assert sides["ours_losses"]["math"] == sides["torchrl"]["math"] is not None
         assert all(side["back_to_back_s"] > 0 and side["updates_per_s"] > 0 for side in sides.values())
-        assert report["sizes"][size]["orders"] == [["ours_card", "torchrl"], ["torchrl", "ours_card"]]
+        assert report["sizes"][size]["orders"] == [["ours_losses", "torchrl"], ["torchrl", "ours_losses"]]
         # Captured needs CUDA: no figure, a reason.
-        assert report[f"speedup_captured_vs_card_{size}"] is None and "ours_captured" not in sides
+        assert report[f"speedup_captured_vs_losses_{size}"] is None and "ours_captured" not in sides
         assert report[f"first_update_s_{size}"] > 0
     for key in ("speedup_vs_jax_tiny_states", "speedup_vs_sheeprl_tiny_states"):
         assert key in report
