@@ -122,9 +122,13 @@ class PlainWriteReplayBuffer(TensorDictReplayBuffer):
     such as the move to a GPU learner) and no prioritized sampler neither has any
     effect, so this buffer skips them; otherwise it is upstream's ``extend`` unchanged.
 
-    Its prefetch threads run their torch ops on one intra-op thread each
-    (:func:`~torchrl_ext.intra_op.use_one_intra_op_thread`): sampling a large
-    storage in parallel there slowed the learner's own parallel ops.
+    It prefetches on one thread, which runs its torch ops on one intra-op thread
+    (:func:`~torchrl_ext.intra_op.use_one_intra_op_thread`: sampling a large storage
+    in parallel there slowed the learner's own parallel ops). One thread draws the
+    prefetched batches in the order they are asked for: with the buffer's own
+    generator (``generator=``), the same sequences every time, and after a
+    ``load_state_dict`` the ones the saved buffer would have drawn (upstream's pool
+    of ``prefetch`` threads draws them in whichever order its threads run).
     """
 
     def __init__(self, **kwargs):
@@ -133,8 +137,7 @@ class PlainWriteReplayBuffer(TensorDictReplayBuffer):
             # Upstream's pool has started no thread yet (threads start on the first submit).
             self._prefetch_executor.shutdown(wait=False)
             self._prefetch_executor = ThreadPoolExecutor(
-                max_workers=self._prefetch_cap, thread_name_prefix="replay-prefetch",
-                initializer=use_one_intra_op_thread,
+                max_workers=1, thread_name_prefix="replay-prefetch", initializer=use_one_intra_op_thread,
             )
 
     def extend(self, tensordicts: TensorDictBase, *, update_priority: bool | None = None) -> torch.Tensor:

@@ -66,8 +66,10 @@ def use_pinned_memory(buffer_cfg: BufferConfig, device: torch.device) -> bool:
     return choice == "on" or (choice == "auto" and device.type == "cuda")
 
 
-def make_replay_buffer(buffer_cfg: BufferConfig, device: torch.device) -> TensorDictReplayBuffer:
-    """Host storage; samples come out on ``device`` (the learner's)."""
+def make_replay_buffer(buffer_cfg: BufferConfig, device: torch.device, seed: int = 0) -> TensorDictReplayBuffer:
+    """Host storage; samples come out on ``device`` (the learner's), drawn from the buffer's
+    own generator (seeded with ``seed``, saved with the buffer): a resumed run samples the
+    sequences the stopped one would have."""
     b = buffer_cfg
     pin = use_pinned_memory(b, device)
     storage = (
@@ -78,6 +80,7 @@ def make_replay_buffer(buffer_cfg: BufferConfig, device: torch.device) -> Tensor
         sampler=StreamSliceSampler(slice_len=b.batch_length, stream_key=STREAM_KEY, step_key=STEP_KEY),
         writer=StreamStepWriter(stream_key=STREAM_KEY, step_key=STEP_KEY),
         batch_size=b.batch_size * b.batch_length,
+        generator=torch.Generator().manual_seed(seed),
         prefetch=b.prefetch or None,
     )
     if device.type != "cpu":

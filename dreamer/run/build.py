@@ -48,6 +48,9 @@ from dreamer.system.timing import process_start
 
 log = logging.getLogger("dreamer")
 
+# The replay's generator is seeded apart from torch's global one (seeded with cfg.seed).
+REPLAY_SEED_OFFSET = 1_000_003
+
 
 def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed.Ranks(),
               overridden: set[str] = frozenset(), *, requeue: bool = False, quiet: bool = False,
@@ -91,7 +94,8 @@ def build_run(cfg: Config, run_dir: Path, ranks: distributed.Ranks = distributed
         background = compiles_in_background(learner.compile_cfg, ranks)
         log.info("update path: %s%s", learner.path.describe(),
                  " (eager until the background compile is done)" if background else "")
-        replay = make_replay_buffer(cfg.buffer, device)
+        # Its own random stream per rank: what it samples never depends on the learner's draws.
+        replay = make_replay_buffer(cfg.buffer, device, seed=cfg.seed + REPLAY_SEED_OFFSET * (ranks.rank + 1))
         artifact_sha256 = _use_compile_cache(cfg, run_dir, resumed_state, overridden)
         trace_window = TraceWindow(cfg.profiling, active=ranks.is_main)
         # Released as soon as the loop stops collecting (before the final eval), else at teardown.

@@ -471,28 +471,32 @@ def test_every_stored_record_is_reachable():
 
 
 def test_a_resumed_replay_samples_the_sequences_it_would_have(tmp_path):
-    batch_size, batch_length = 4, 7
-    _, rb = _pixel_buffer(capacity=150, batch_size=batch_size, batch_length=batch_length, prefetch=2)
+    """Its own generator and one prefetch thread: the sequences drawn after a save and
+    load are the ones the saved buffer draws next, prefetched batches included, whatever
+    else draws from torch's global generator meanwhile."""
+    cfg = tiny_config(pixels=True)
+    b = cfg.buffer
+    b.capacity, b.batch_size, b.batch_length, b.prefetch = 150, 4, 7, 2
+    rb = make_replay_buffer(b, CPU, seed=3)
     next_step = {0: 0, 1: 0, 2: 0}
     for w in (0, 1, 2, 1, 0, 2, 2, 1, 0):  # wraps the ring
         write(rb, _worker_batch(w, next_step[w], episode=9), "pixels")
         next_step[w] += 20
     rb.sample()  # the prefetch queue is in flight
-    torch.manual_seed(3)
     path = tmp_path / "replay.pt"
     torch.save(replay_state(rb), path)
-    rng = torch.get_rng_state()
-    expected = [rb.sample()[STEP_KEY].clone() for _ in range(4)]
-    for future in tuple(rb._prefetch_queue):
-        future.result()
+    expected = []
+    for _ in range(5):
+        torch.rand(100)  # the learner's draws
+        expected.append(rb.sample()[STEP_KEY].clone())
 
-    _, restored = _pixel_buffer(capacity=150, batch_size=batch_size, batch_length=batch_length, prefetch=2)
+    restored = make_replay_buffer(b, CPU, seed=99)  # the generator's state comes from the checkpoint
     load_replay_state(restored, torch.load(path, weights_only=True))
-    torch.set_rng_state(rng)
-    resumed = [restored.sample()[STEP_KEY] for _ in range(4)]
-    assert all(torch.equal(a, b) for a, b in zip(expected, resumed))
-    for future in tuple(restored._prefetch_queue):
-        future.result()
+    resumed = [restored.sample()[STEP_KEY] for _ in range(5)]
+    assert all(torch.equal(a, c) for a, c in zip(expected, resumed))
+    for buffer in (rb, restored):
+        for future in tuple(buffer._prefetch_queue):
+            future.result()
 
 
 def _threads_in_this_process() -> int:

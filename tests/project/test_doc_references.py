@@ -37,7 +37,7 @@ RUN_OUTPUT_FILES = {
 # Files a page's own commands make a line or two earlier.
 MADE_BY_THE_PAGE = {"torch-pin.txt"}
 # Placeholders a reader replaces: <anything>, and these capitalised words.
-PLACEHOLDER_WORDS = ("NAME", "DATE_TIME", "DATE", "TASK", "SWEEP_ID", "ENTITY", "MODULE", "DIR", "OUT", "ID", "D")
+PLACEHOLDER_WORDS = ("NAME", "DATE_TIME", "DATE", "TASK", "SWEEP_ID", "ENTITY", "MODULE", "DIR", "OUT", "ID")
 PLACEHOLDER = re.compile(r"<[^>]*>|\b(?:" + "|".join(PLACEHOLDER_WORDS) + r")\b")
 TOKEN = re.compile(r"(?:<[^>]*>|[^\s<])+")  # "<run dir>/run.lock" is one token
 GIT_OBJECT = re.compile(r"^[0-9a-f]{7,40}:")  # eab1ae3:scripts/x.py names a file in history

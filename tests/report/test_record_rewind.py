@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from dreamer.config import LoggerConfig
+from dreamer.report.eval_metrics import eval_return
 from dreamer.report.logger import SEGMENT_KEY, RunLogger
 from dreamer.report.rewind import scalars
 from dreamer.run import checkpoint as ckpt
@@ -27,7 +28,7 @@ def _train(frames: int, updates: int) -> dict:
 
 
 def _eval(frames: int, updates: int) -> dict:
-    return {"frames": frames, "updates": updates, "eval_return_mean": -float(updates), "eval_episodes": 1}
+    return {"frames": frames, "updates": updates, "eval_sample_return_mean": -float(updates), "eval_episodes": 1}
 
 
 def _csv(run_dir, key) -> list[tuple[float, float]]:
@@ -39,7 +40,7 @@ def assert_records_agree(run_dir) -> None:
     """Every CSV holds exactly the values metrics.jsonl holds for its key, step = frames;
     records in order, none repeated."""
     records = read_metrics(run_dir)
-    order = [(r["updates"], "eval_return_mean" in r) for r in records]  # a train record, then an eval one
+    order = [(r["updates"], eval_return(r) is not None) for r in records]  # a train record, then an eval one
     assert order == sorted(order) and len(set(order)) == len(order), order
     frames = [r["frames"] for r in records]
     assert frames == sorted(frames), frames
@@ -63,7 +64,7 @@ def test_records_on_both_sides_of_a_mid_batch_checkpoint_are_cut_alike(tmp_path,
     assert [(r["frames"], r["updates"]) for r in read_metrics(tmp_path)] == [(100, 10), (200, 20), (200, 20)]
     assert_records_agree(tmp_path)
     assert _csv(tmp_path, "loss_model") == [(100.0, 1.0), (200.0, 2.0)]
-    assert _csv(tmp_path, "eval_return_mean") == [(200.0, -20.0)]
+    assert _csv(tmp_path, "eval_sample_return_mean") == [(200.0, -20.0)]
     lines = [r.getMessage() for r in caplog.records if "rewound" in r.getMessage()]
     assert len(lines) == 1
     assert "updates=20" in lines[0] and "4 rows from metrics.jsonl" in lines[0]
