@@ -77,7 +77,7 @@ def make_replay_buffer(buffer_cfg: BufferConfig, device: torch.device) -> Tensor
         storage=storage,
         sampler=StreamSliceSampler(slice_len=b.batch_length, stream_key=STREAM_KEY, step_key=STEP_KEY),
         writer=StreamStepWriter(stream_key=STREAM_KEY, step_key=STEP_KEY),
-        batch_size=b.batch_size * b.batch_length,
+        batch_size=b.batch_size * b.batch_length,  # one update's records (TrainRatio.replayed_per_update)
         prefetch=b.prefetch or None,
     )
     if device.type != "cpu":
