@@ -23,7 +23,7 @@ Key layout (N = envs; S = latent state, H = belief):
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import torch
 from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
@@ -31,6 +31,18 @@ from torch import nn
 from torchrl.modules.models.model_based import RSSMPriorV3
 
 from dreamer.envs.keys import PIXELS_KEY
+
+
+class ModelSet(Protocol):
+    """What the run reads of an algorithm's networks (its ``build_models``' result)."""
+
+    modules: nn.ModuleDict  # every trainable weight, by role (optimisers, checkpoints, rank sync)
+    obs_key: str  # where the observation lives in a step's tensordict
+    discrete: bool  # one-hot actions
+    world_model: TensorDictModuleBase  # encoder -> RSSM rollout -> heads, on (B, T) batches
+
+    def policy(self, explore: bool) -> TensorDictSequential:
+        """Acting on real observations (collectors, evaluation)."""
 
 
 class InitialBeliefAtEpisodeStart(nn.Module):

@@ -15,7 +15,7 @@ import typing
 from typing import Any, Literal, Optional, Union, get_args, get_origin
 
 from dreamer.config.environ import profiling_from_env
-from dreamer.config.schema import ALGO_CONFIGS, Config
+from dreamer.config.schema import Config
 from dreamer.config.validate import check_size_preset, validate
 from dreamer.errors import UserError
 
@@ -128,31 +128,6 @@ def _build(cls: type, data: dict, prefix: str) -> Any:
     return cls(**kwargs)
 
 
-_DEFAULT_ALGO = Config.__dataclass_fields__["algo"].default_factory().name
-
-
-def _upgrade_old_layout(data: dict) -> dict:
-    """A config.json or checkpoint written before the algo split (it has a
-    top-level ``channels_last``; its algo section carries every key of both
-    algorithms): channels_last moves into algo where the algorithm has it (V1)
-    and the other algorithm's keys, which that run never read, are dropped."""
-    if "channels_last" not in data:
-        return data
-    data = dict(data)
-    channels_last = data.pop("channels_last")
-    algo = dict(data.get("algo") or {})
-    cls = ALGO_CONFIGS.get(algo.get("name", _DEFAULT_ALGO))
-    if cls is None:
-        return data  # a bad name: _build says so
-    own = _keys(cls)
-    others = set().union(*(_keys(c) for c in ALGO_CONFIGS.values())) - own
-    algo = {k: v for k, v in algo.items() if k not in others}
-    if "channels_last" in own:
-        algo.setdefault("channels_last", channels_last)
-    data["algo"] = algo
-    return data
-
-
 def load_config(dict_cfg: Any, environ: Optional[typing.Mapping[str, str]] = None) -> Config:
     """Composed Hydra/OmegaConf config (or a plain dict) -> validated Config.
 
@@ -163,13 +138,14 @@ def load_config(dict_cfg: Any, environ: Optional[typing.Mapping[str, str]] = Non
 
     if isinstance(dict_cfg, DictConfig):
         dict_cfg = OmegaConf.to_container(dict_cfg, resolve=True)
-    dict_cfg = _upgrade_old_layout({k: v for k, v in dict_cfg.items() if k != "hydra"})
+    dict_cfg = {k: v for k, v in dict_cfg.items() if k != "hydra"}
     from_env = profiling_from_env(environ or {})
     if from_env:
         dict_cfg["profiling"] = {**(dict_cfg.get("profiling") or {}), **from_env}
     # Before the algo section is built: a size preset's V3 keys on V1 are one mistake, model=.
     algo = dict_cfg.get("algo")
-    algo_name = algo.get("name", _DEFAULT_ALGO) if isinstance(algo, dict) else _DEFAULT_ALGO
+    default = Config.__dataclass_fields__["algo"].default_factory().name
+    algo_name = algo.get("name", default) if isinstance(algo, dict) else default
     check_size_preset(dict_cfg.get("model"), algo_name)
     return validate(_build(Config, dict_cfg, ""))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from dreamer.config.domains import violations
+from dreamer.config.ratio import TrainRatio
 from dreamer.config.schema import AlgoConfig, Config, DreamerV3Config
 from dreamer.errors import UserError
 
@@ -48,14 +49,14 @@ def _check_algo(algo: AlgoConfig) -> None:
 def steps_before_learning(cfg: Config) -> int:
     """Agent steps the replay must hold before the first update (each rank fills its own replay,
     and its collector takes init_random_frames random steps over all its workers)."""
-    return max(cfg.buffer.batch_size * cfg.buffer.batch_length, cfg.collector.init_random_frames)
+    return max(TrainRatio.of(cfg).replayed_per_update, cfg.collector.init_random_frames)
 
 
 def _check_learning_can_start(cfg: Config) -> None:
     """The replay can hold what the first update needs, and the run lasts until then:
     otherwise the collector never stops (or the run ends having learned nothing)."""
     b, needed = cfg.buffer, steps_before_learning(cfg)
-    sequences, random = b.batch_size * b.batch_length, cfg.collector.init_random_frames
+    sequences, random = TrainRatio.of(cfg).replayed_per_update, cfg.collector.init_random_frames
     need = (f"max(buffer.batch_size x buffer.batch_length = {sequences}, "
             f"collector.init_random_frames = {random}) = {needed} agent steps")
     lower = "collector.init_random_frames" if random > sequences else "buffer.batch_size x buffer.batch_length"

@@ -79,7 +79,7 @@ def make_replay_buffer(buffer_cfg: BufferConfig, device: torch.device, seed: int
         storage=storage,
         sampler=StreamSliceSampler(slice_len=b.batch_length, stream_key=STREAM_KEY, step_key=STEP_KEY),
         writer=StreamStepWriter(stream_key=STREAM_KEY, step_key=STEP_KEY),
-        batch_size=b.batch_size * b.batch_length,
+        batch_size=b.batch_size * b.batch_length,  # one update's records (TrainRatio.replayed_per_update)
         generator=torch.Generator().manual_seed(seed),
         prefetch=b.prefetch or None,
     )

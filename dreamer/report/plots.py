@@ -62,8 +62,7 @@ def load_run(path: Path) -> Run:
         path=path, label=_label(config),
         eval_frames=np.array([r["frames"] for r in evals], dtype=float),
         eval_returns=np.array([eval_return(r) for r in evals], dtype=float),
-        # Runs logged before wall_s existed plot against frames only.
-        eval_minutes=np.array([r.get("wall_s", np.nan) / 60.0 for r in evals], dtype=float),
+        eval_minutes=np.array([r["wall_s"] / 60.0 for r in evals], dtype=float),
         rate_frames=np.array([r["frames"] for r in rates], dtype=float),
         updates_per_s=np.array([r["updates_per_s"] for r in rates], dtype=float),
     )

@@ -15,6 +15,7 @@ import torch
 
 from dreamer.algos.registry import algorithm
 from dreamer.config import Config, to_dict
+from dreamer.config.ratio import TrainRatio
 from dreamer.data.collectors import make_collector, seconds_per_agent_step, worker_policy, workers_hold_a_copy
 from dreamer.data.replay import make_replay_buffer, use_pinned_memory
 from dreamer.data.supervisor import SupervisedCollector
@@ -259,9 +260,8 @@ def _start_collector(cfg: Config, ranks: distributed.Ranks, stopper: Stopper, ac
 
 
 def _cadence(cfg: Config) -> Cadence:
-    updates_per_step = cfg.train.train_ratio / (cfg.buffer.batch_size * cfg.buffer.batch_length)
     return Cadence(
-        ratio=Ratio(updates_per_step),
+        ratio=Ratio(TrainRatio.of(cfg).updates_per_step),
         sync_weights=Every(cfg.collector.weight_sync_every),
         log_due=Every(cfg.logger.log_every),
         eval_due=Every(cfg.eval.every),
@@ -300,8 +300,7 @@ def collection_cost(cfg: Config, env, policy, device: torch.device) -> float | N
     learner is not on the CPU (nothing to decide)."""
     if cfg.collector.num_workers is not None or device.type != "cpu":
         return None
-    steps_per_update = cfg.buffer.batch_size * cfg.buffer.batch_length / cfg.train.train_ratio
-    return steps_per_update * seconds_per_agent_step(env, policy)
+    return TrainRatio.of(cfg).steps_per_update * seconds_per_agent_step(env, policy)
 
 
 def learner_thread_gain(cfg: Config, env, policy, collect_s: float | None, cores: int) -> float:
@@ -310,7 +309,7 @@ def learner_thread_gain(cfg: Config, env, policy, collect_s: float | None, cores
     collection measured and above the fixed line."""
     if collect_s is None or collect_s <= IN_LEARNER_COLLECTION_MAX_S:
         return 0.0
-    samples = cfg.buffer.batch_size * cfg.buffer.batch_length
+    samples = TrainRatio.of(cfg).replayed_per_update
     return update_thread_gain_s(policy, env.reset(), samples, cfg.threads or cores)
 
 

@@ -24,7 +24,7 @@ class CompileSwitch:
     """One run's background compile, from its start to the first compiled update."""
 
     def __init__(self, run: Run):
-        self.r = run
+        self.built = run  # the run's collaborators (dreamer.run.build)
         self.due = False  # start the child after the next update, sized by it
         self.child: BackgroundCompile | None = None  # the child compiling
         self.switched_at: int | None = None  # the update that first ran the compiled path
@@ -33,19 +33,19 @@ class CompileSwitch:
 
     def start(self, update_bytes: int) -> None:
         """The compile child, if it fits in memory beside this run (else updates stay eager)."""
-        r = self.r
+        run = self.built
         self.due = False
-        short = too_little_memory_for_child(update_bytes, r.device)
+        short = too_little_memory_for_child(update_bytes, run.device)
         if short is not None:
             log.warning(short)
             return
         self._learner_threads = torch.get_num_threads()
         self.child = BackgroundCompile(
-            r.cfg, r.device, r.learner.autocast_dtype, r.replay.sample(), r.run_dir,
+            run.cfg, run.device, run.learner.autocast_dtype, run.replay.sample(), run.run_dir,
             threads=self._learner_threads,  # what the compiled update will run with here
-            timeout_s=60.0 * r.cfg.compile.background_timeout_minutes,
+            timeout_s=60.0 * run.cfg.compile.background_timeout_minutes,
         )
-        r.teardown.callback(self.child.cancel)  # a run that ends first stops it
+        run.teardown.callback(self.child.cancel)  # a run that ends first stops it
         log.info("compiling the actor/value losses in the background (pid %d; the first update took %.2f GiB, "
                  "which its warm-up repeats); updates run eager until then", self.child.process.pid,
                  update_bytes / 2**30)
@@ -67,24 +67,24 @@ class CompileSwitch:
         if "error" in result:
             log.warning("background compile failed, the losses stay eager: %s", result["error"])
             return
-        n = self.r.counters
-        n.timers["compile_warmup_s"] = result["seconds"]
-        n.timers["compile_background_s"] = result["wall_s"]
-        self.r.learner.compile()
+        n = self.built.counters
+        n.timers.compile_warmup_s = result["seconds"]
+        n.timers.compile_background_s = result["wall_s"]
+        self.built.learner.compile()
         self._lookups_at_switch = compile_cache.cache_lookups()
         self.switched_at = n.updates + 1
         log.info("background compile done in %.1f s: the %s update path from update %d on",
-                 result["wall_s"], self.r.learner.update_path.value, self.switched_at)
+                 result["wall_s"], self.built.learner.update_path.value, self.switched_at)
 
     def after_update(self, seconds: float) -> None:
         """After each update: the first compiled one traced again and read the compile caches."""
-        r, n = self.r, self.r.counters
+        run, n = self.built, self.built.counters
         if self.switched_at != n.updates:
             return
         lookups = compile_cache.lookups_since(self._lookups_at_switch)
-        n.timers["compile_switch_s"] = seconds
-        n.timers["compiled_from_update"] = self.switched_at
-        n.timers["compile_switch_cache_misses"] = lookups["misses"]
+        n.timers.compile_switch_s = seconds
+        n.timers.compiled_from_update = self.switched_at
+        n.timers.compile_switch_cache_misses = lookups["misses"]
         log.info("first compiled update: %.1f s (dynamo tracing; compile caches: %d hits, %d misses)",
                  seconds, lookups["hits"], lookups["misses"])
         if lookups["misses"]:
@@ -93,5 +93,5 @@ class CompileSwitch:
             log.warning("the first compiled update compiled %d graph(s) again that the background compile "
                         "should have left in the cache: the switch took %.0f s instead of seconds",
                         lookups["misses"], seconds)
-        if r.ranks.is_main:
-            r.save_compile_artifact()
+        if run.ranks.is_main:
+            run.save_compile_artifact()

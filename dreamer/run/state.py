@@ -6,7 +6,6 @@ import contextlib
 import logging
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Union
 
 import torch
 from tensordict.nn import TensorDictSequential
@@ -14,14 +13,14 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl.envs import SerialEnv
 
 from dreamer.algos.learner import BaseLearner
-from dreamer.algos.v1.models import DreamerV1Models
-from dreamer.algos.v3.models import DreamerV3Models
+from dreamer.algos.policy import ModelSet
 from dreamer.config import Config, to_dict
 from dreamer.data.replay import load_replay_state, replay_state
 from dreamer.data.supervisor import SupervisedCollector
 from dreamer.report.logger import RunLogger
 from dreamer.run import checkpoint as ckpt
 from dreamer.run.cadence import Every, Ratio
+from dreamer.run.result import Timers
 from dreamer.run.stopping import Stopper
 from dreamer.system import compile_cache
 from dreamer.system.distributed import Ranks
@@ -35,7 +34,7 @@ class Counters:
     frames: int = 0  # env frames (agent steps x action repeat)
     steps: int = 0  # agent steps stored
     updates: int = 0
-    timers: dict = field(default_factory=lambda: {"random_phase_s": 0.0, "compile_warmup_s": 0.0, "eval_s": 0.0})
+    timers: Timers = field(default_factory=Timers)
 
 
 def random_frames_left(init_random_frames: int, state: dict | None) -> int:
@@ -85,7 +84,7 @@ class Run:
     device: torch.device
     started: float  # time.perf_counter() at start: wall_s and train.max_minutes count from here
     stopper: Stopper
-    models: Union[DreamerV1Models, DreamerV3Models]  # the algorithm's networks (obs_key, modules, policy())
+    models: ModelSet  # the algorithm's networks
     learner: BaseLearner
     replay: TensorDictReplayBuffer
     collector: SupervisedCollector

@@ -20,6 +20,7 @@ exit on their own when its pipe closes (the main process was killed).
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import signal
 import sys
@@ -29,6 +30,7 @@ from typing import Callable, Mapping
 import psutil
 
 from dreamer.run.cadence import Every
+from dreamer.run.result import FinishedBy
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 FORCED_EXIT_CODE = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
@@ -37,7 +39,15 @@ REQUEUE_ENV = "DREAMER_REQUEUE"
 
 # Why the loop ends early, in rising priority: the ranks vote with the index
 # (max over ranks) and all leave for the strongest reason any of them has.
-REASONS = (None, "max_minutes", "signal")
+class StopReason(str, enum.Enum):
+    """Why the loop stops before its frames are done."""
+
+    MAX_MINUTES = "max_minutes"  # train.max_minutes
+    SIGNAL = "signal"  # a stop signal, here or on another rank
+
+
+# Vote values: ranks agree on the most urgent reason (its index here).
+REASONS = (None, StopReason.MAX_MINUTES, StopReason.SIGNAL)
 # Ranks vote before every RANK_VOTE_EVERY-th update (and at every collector
 # batch), not before each one: a vote is a blocking collective. A stop then
 # waits at most this many updates, seconds against a scheduler's warning.
@@ -156,14 +166,14 @@ class Stopper:
         """train.max_minutes, counted from ``started`` (a ``clock()`` time)."""
         self.deadline = None if minutes is None else started + 60.0 * minutes
 
-    def local_reason(self) -> str | None:
+    def local_reason(self) -> StopReason | None:
         if self.requested is not None:
-            return "signal"
+            return StopReason.SIGNAL
         if self.deadline is not None and self._clock() >= self.deadline:
-            return "max_minutes"
+            return StopReason.MAX_MINUTES
         return None
 
-    def poll(self, before_update: int | None = None) -> str | None:
+    def poll(self, before_update: int | None = None) -> StopReason | None:
         """Why the loop must end now, the same on every rank (they leave together):
         a stop signal (here or on any rank), the wall-clock budget, or None.
 
@@ -177,13 +187,14 @@ class Stopper:
             return None
         return REASONS[self.vote(REASONS.index(reason))]
 
-    def finished_by(self, reason: str | None) -> str:
+    def finished_by(self, reason: StopReason | None) -> FinishedBy:
         """The run's outcome for the loop's exit ``reason`` (None: it ran its frames)."""
         if reason is None:
-            return "total_frames"
-        if reason == "signal" and self.requeue:
-            return "preempted"  # a requeueing scheduler continues the run
-        return reason
+            return FinishedBy.TOTAL_FRAMES
+        reason = StopReason(reason)
+        if reason is StopReason.SIGNAL and self.requeue:
+            return FinishedBy.PREEMPTED  # a requeueing scheduler continues the run
+        return FinishedBy(reason.value)
 
     @property
     def why(self) -> str:

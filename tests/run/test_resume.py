@@ -15,7 +15,6 @@ from dreamer.config.load import config_key
 from dreamer.errors import UserError
 from dreamer.run import checkpoint as ckpt
 from dreamer.run import resume
-from tests.support.configs import old_layout_config
 from tests.support.gpu_checks import CHECKPOINT_RESUME
 from tests.support.paths import CONF_DIR
 
@@ -110,22 +109,6 @@ def test_a_fresh_run_refuses_a_directory_holding_checkpoints(tmp_path):
     ckpt.save_checkpoint(tmp_path, {"config": _saved()}, updates=1, keep=1)
     with pytest.raises(UserError, match=f"continue it with resume={tmp_path}"):
         resume.refuse_run_dir_with_checkpoints(tmp_path)
-
-
-@pytest.mark.parametrize("algo", ["dreamer_v1", "dreamer_v3"])
-def test_a_run_saved_before_the_algo_split_resumes(tmp_path, algo):
-    # Its config.json and checkpoints hold the old layout: channels_last at the
-    # top, and the merged algo section with the other algorithm's keys.
-    new = to_dict(load_config({"algo": {"name": algo}, "buffer": {"batch_size": 4}}))
-    old = old_layout_config(new, channels_last=False)
-    (tmp_path / "config.json").write_text(json.dumps(old))
-    ckpt.save_checkpoint(tmp_path, {"config": old}, updates=1, keep=1)
-    requested = load_config({"resume": str(tmp_path), "algo": {"name": algo}, "train": {"total_frames": 9000}})
-    _, cfg, _ = resume.open_run(requested, {"resume", "train.total_frames"})
-    assert cfg.algo.name == algo and cfg.buffer.batch_size == 4 and cfg.train.total_frames == 9000
-    assert not hasattr(cfg, "channels_last")
-    if algo == "dreamer_v1":
-        assert cfg.algo.channels_last is False  # the saved value, moved into algo
 
 
 # -- the allow-list as a table: every allowed leaf accepted and applied ------------------------

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from dreamer.run.stopping import STOP_SIGNALS, Stopper, StopRequested, under_requeueing_scheduler
+from dreamer.run.result import FinishedBy
+from dreamer.run.stopping import STOP_SIGNALS, Stopper, StopReason, StopRequested, under_requeueing_scheduler
 from tests.support.gpu_checks import RANK_VOTE_NO_HOST_TRANSFER
 
 
@@ -78,7 +79,8 @@ def test_the_deadline_gives_max_minutes_and_a_signal_outranks_it():
     assert stopper.poll() is None
     now[0] = 130.0
     assert stopper.poll() == "max_minutes"
-    assert stopper.finished_by("max_minutes") == "max_minutes"  # not preempted: the budget is the user's
+    # Not preempted: the budget is the user's.
+    assert stopper.finished_by(StopReason.MAX_MINUTES) is FinishedBy.MAX_MINUTES
     stopper.request("SIGTERM")
     assert stopper.poll() == "signal"
 

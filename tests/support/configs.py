@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 
 from dreamer.config import AlgoConfig, Config, DreamerV1Config, DreamerV3Config, validate
 
@@ -37,20 +36,3 @@ def tiny_config(*, pixels: bool = False, algo: str = "dreamer_v1", **env_overrid
     cfg.collector.num_workers = 0
     cfg.collector.init_random_frames = 100  # what a 200-step replay can hold
     return validate(cfg)
-
-
-def old_layout_config(new: dict, channels_last: bool) -> dict:
-    """``new`` as the merged AlgoConfig wrote it: channels_last at the top, and
-    every key of both algorithms in algo (the other algorithm's at their defaults)."""
-    old = json.loads(json.dumps(new))
-    v1_only = {"state_dim": 30, "activation": "elu", "grad_clip": 100.0, "kl_scale": 1.0,
-               "free_nats": 3.0, "exploration_noise": 0.3}
-    v3_only = {"num_categoricals": 32, "num_classes": 32, "unimix": 0.01, "free_bits": 1.0,
-               "dyn_loss_scale": 0.5, "rep_loss_scale": 0.1, "num_bins": 255, "gru_blocks": 8,
-               "mlp_layers": 2, "entropy_scale": 3.0e-4, "return_norm_rate": 0.01,
-               "return_norm_min_scale": 1.0, "slow_critic_tau": 0.02, "slow_critic_reg": 1.0,
-               "agc": 0.3, "lr_warmup_steps": 1000, "actor_grad": "auto", "replay_value_scale": 0.3}
-    old["algo"].pop("channels_last", None)
-    old["algo"] = {**v1_only, **v3_only, **old["algo"]}
-    old["channels_last"] = channels_last
-    return old
