@@ -137,12 +137,14 @@ def _junit_outcomes(path: Path) -> dict[str, tuple[str, str]]:
 
 
 def run_pytest(checks: list[tuple[str, list[str]]], workdir: Path, *, require_all_run: bool,
-               workers: int = 0, budgeted: bool = False) -> list[Result]:
+               workers: int = 0, budgeted: bool = False, marker: str | None = None) -> list[Result]:
     """One pytest process for every node id (``workers`` > 0: that many pytest-xdist
     workers, so that cold compiles run side by side); one Result per check (see
     :func:`judge`). Its output is kept beside the JUnit XML. ``budgeted``: cut at
-    --budget-s (its checks SKIP then), with its workers (its own process group)."""
-    nodes = [node for _, ids in checks for node in ids]
+    --budget-s (its checks SKIP then), with its workers (its own process group).
+    ``marker``: every test of that marker is asked for, so the command is the plain
+    ``pytest -m MARKER`` (what a person reruns by hand); else the node ids."""
+    nodes = ["-m", marker] if marker else [node for _, ids in checks for node in ids]
     junit = workdir / f"junit_{len(list(workdir.glob('junit_*')))}.xml"
     parallel = ["-n", str(workers)] if workers > 0 and importlib.util.find_spec("xdist") is not None else []
     timeout = _within_budget(math.inf)[0] if budgeted else None
@@ -634,6 +636,11 @@ class Selection:
         return [ran.get(name) or Result(name, SKIP, self.NOT_SELECTED) for name, _ in checks]
 
 
+def _whole_marker(chosen: list, every: list, marker: str) -> str | None:
+    """``marker`` where every check of it is chosen (plain ``pytest -m marker``), else None."""
+    return marker if len(chosen) == len(every) else None
+
+
 def cuda_state() -> tuple[int, str]:
     """(visible GPUs, why none when 0)."""
     import torch
@@ -708,7 +715,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.gpu_only and gpus:
             report(*(Result(name, SKIP, "--gpu-only (CI runs the CPU-provable subset)") for name, _ in cpu_checks))
         else:
-            report(*selected.run(cpu_checks, lambda chosen: run_pytest(chosen, workdir, require_all_run=False)))
+            report(*selected.run(cpu_checks, lambda chosen: run_pytest(
+                chosen, workdir, require_all_run=False, marker=_whole_marker(chosen, cpu_checks, "gpu_acceptance"))))
         gpu_checks = [name for name, _ in cuda_tests] + GPU_RUN_CHECKS
         if not gpus or args.cpu_only:
             reason = why_not if not gpus else "--cpu-only"
@@ -716,7 +724,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             try:
                 report(*selected.run(cuda_tests, lambda chosen: run_pytest(
-                    chosen, workdir, require_all_run=True, workers=args.pytest_workers, budgeted=True)))
+                    chosen, workdir, require_all_run=True, workers=args.pytest_workers, budgeted=True,
+                    marker=_whole_marker(chosen, cuda_tests, "cuda"))))
             except OutOfBudget as cut:
                 report(*(Result(name, SKIP, str(cut)) for name, _ in cuda_tests))
             steps = [  # (the checks a step reports, the step), in GPU_RUN_CHECKS' order

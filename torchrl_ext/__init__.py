@@ -42,6 +42,7 @@ from torchrl_ext.rssm import (
     split_block_gru_inputs,
     straight_through_categorical,
 )
+from torchrl_ext.soft_update import SkippableSoftUpdate, masked_lerp_
 from torchrl_ext.storage_state import filled_storage_state, leading_rows, load_filled_storage_state
 from torchrl_ext.stream_replay import StreamSliceSampler, StreamStepWriter
 from torchrl_ext.tensordict_fast_path import install_from_any_fast_path
@@ -72,6 +73,7 @@ __all__ = [
     "ScoreFunctionDreamerEnv",
     "SelectiveRSSMRollout",
     "SkippableDreamerV3Optimizer",
+    "SkippableSoftUpdate",
     "SliceCursorWriter",
     "SplitInputBlockGRU",
     "StagedDeviceReplayBuffer",
@@ -95,5 +97,6 @@ __all__ = [
     "class_softmax",
     "filled_storage_state",
     "leading_rows",
+    "masked_lerp_",
     "load_filled_storage_state",
 ]

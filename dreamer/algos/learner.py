@@ -229,11 +229,13 @@ class BaseLearner(abc.ABC):
     def _value_phase(self, batch: TensorDictBase, latent: TensorDictBase, imagined: TensorDictBase) -> PhaseOut:
         """Value losses on the imagined rollout (and, if the algorithm wants, the replayed batch)."""
 
-    def _after_value_step(self) -> None:
-        """Runs after the value step, inside its range (V3: the slow critic follows)."""
+    def _after_value_step(self, skipped: torch.Tensor) -> None:
+        """Runs after the value step, inside its range (a slow critic follows, unless
+        ``skipped``: a 0./1. device scalar, 1 where the update was skipped as non-finite)."""
 
     def _statistics(self) -> list[torch.Tensor]:
-        """Running statistics the losses update as they run (V3: the return percentiles)."""
+        """Running statistics the losses update as they run (V3: the return percentiles); an
+        update skipped as non-finite puts them back."""
         return []
 
     # -- compile (through the update path) --------------------------------------
@@ -350,12 +352,15 @@ class BaseLearner(abc.ABC):
         return {"world_model": world_model, "actor": actor, "value": value}
 
     def _update_body(self, batch: TensorDictBase) -> None:
-        """The update itself: device work only, the same on every path."""
+        """The update itself: device work only, the same on every path. An update skipped as
+        non-finite (any phase's) moves no weight, no optimiser state and no running average."""
         batch = self.prepare(batch)
+        statistics = self._statistics()
+        held = [t.clone() for t in statistics]  # a few scalars: put back where the update is skipped
         if self.joint_update:
             phases = self._forward(batch)
             stepped = self._step(self._phase_losses(phases), joint=True)
-            self._after_value_step()
+            self._after_value_step(self._skipped(stepped))
         else:
             with profile_range("## train/world_model ##"):
                 with self._autocast():
@@ -377,8 +382,16 @@ class BaseLearner(abc.ABC):
                 # (OneCriticPassDreamerV3ActorLoss): inside one compiled graph, which
                 # only a single backward may run.
                 stepped.update(self._step({"actor": self._weighted(actor), "value": self._weighted(value)}))
-                self._after_value_step()
+                self._after_value_step(self._skipped(stepped))
+        skipped = self._skipped(stepped)
+        for statistic, before in zip(statistics, held):
+            statistic.copy_(torch.where(skipped > 0, before, statistic))
         self._record(phases, stepped)
+
+    @staticmethod
+    def _skipped(stepped: dict[str, tuple]) -> torch.Tensor:
+        """1. where any phase's step was skipped as non-finite (a device scalar)."""
+        return torch.stack([found for _, found in stepped.values()]).amax()
 
     def _record(self, phases: dict[str, PhaseOut], stepped: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
         """The update's metrics, by name, into the running sums; its non-finite flags."""

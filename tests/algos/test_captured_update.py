@@ -1,10 +1,12 @@
 """compile.update=captured on a GPU (dreamer/algos/update_paths.py, torchrl_ext/capture.py):
-the whole V3 update replayed from a CUDA graph gives the eager update's numbers,
-skips a non-finite batch inside the graph, makes no host sync and no allocation
-per update, captures again for a new batch shape or a loaded checkpoint, takes
-its inputs from the staged replay's copy, and the acting policy (what collectors
-receive) reads the parameters the graph updates; Dreamer V1's eager update is
-captured too."""
+the whole V3 update replayed from a CUDA graph gives the eager update's numbers (its
+eager body, its inductor-compiled body, discrete actions, pixels; seeded once, every
+replay draws what an eager update draws), skips a non-finite batch inside the graph
+with every running average left as it was, makes no host sync and no allocation per
+update, captures again for a new batch shape, another (B, T) split of the same records
+or a loaded checkpoint (and goes on from the loaded state), takes its inputs from the
+staged replay's copy, and the acting policy (what collectors receive) reads the
+parameters the graph updates; Dreamer V1's eager update is captured too."""
 
 from __future__ import annotations
 
@@ -203,4 +205,105 @@ def test_dreamer_v1s_eager_update_captured_gives_the_eager_updates_numbers():
         update_both(card, captured, batch, seed)
     assert captured.path.run.captures == 2
     torch.cuda.synchronize()
+    assert_same_state(captured, card)
+
+
+def test_consecutive_replays_draw_what_eager_updates_draw(env):
+    """Seeded once: every replay advances the CUDA generator as an eager update does, so the
+    imagination's and the RSSM's draws of update N match without reseeding."""
+    card, captured, batch = pair(env)
+    torch.manual_seed(0)
+    card_rng = None
+    for learner in (card, captured):
+        torch.manual_seed(0)
+        for _ in range(6):  # warm-up, capture, four replays
+            learner.update(batch.clone())
+        torch.cuda.synchronize()
+        rng = torch.cuda.get_rng_state()
+        card_rng = rng if card_rng is None else card_rng
+    assert captured.path.run.captures == 1
+    assert torch.equal(rng, card_rng)
+    assert_same_state(captured, card)
+
+
+def test_the_inductor_compiled_body_captured_gives_the_eager_updates_numbers(env):
+    """inductor's own kernels (fallback_random: its random ops draw as eager's do)."""
+    card = v3_learner(v3_config(), env, CUDA)
+    cfg = v3_config(update="captured", compiled=True)
+    cfg.compile.backend = "inductor"
+    with torch._inductor.config.patch(fallback_random=True):
+        captured = v3_learner(cfg, env, CUDA)
+        captured.compile()
+        batch = collected_batch(v3_config(), env, CUDA)
+        captured.warmup(batch.clone())
+        for seed in range(5):
+            update_both(card, captured, batch, seed)
+    torch.cuda.synchronize()
+    assert captured.path.run.captures == 1
+    assert_same_state(captured, card)
+
+
+def test_a_resume_into_another_state_replays_from_the_loaded_one(env):
+    """A checkpoint whose weights and moments differ from what the graph last held: the next
+    updates start from the loaded state, not the captured one's."""
+    card, captured, batch = pair(env)
+    for seed in range(4):
+        update_both(card, captured, batch, seed)
+    other = v3_learner(v3_config(), env, CUDA)  # another history: other batches, other draws
+    for seed in range(10, 13):
+        torch.manual_seed(seed)
+        other.update(collected_batch(v3_config(), env, CUDA)[torch.randperm(batch.shape[0], device=CUDA)])
+    state = copy.deepcopy(other.state_dict())
+    card.load_state_dict(copy.deepcopy(state))
+    captured.load_state_dict(state)
+    for seed in range(20, 24):
+        update_both(card, captured, batch, seed)
+    torch.cuda.synchronize()
+    assert captured.path.run.captures == 2
+    assert_same_state(captured, card)
+
+
+def test_another_sequence_split_of_the_same_batch_captures_again(env):
+    """(B, T) is part of the capture's key: 2 x 5 and 1 x 10 records have the same layout."""
+    card, captured, batch = pair(env)
+    for seed in range(3):
+        update_both(card, captured, batch, seed)
+    for learner in (card, captured):
+        learner.batch_size, learner.batch_length = learner.batch_size // 2, learner.batch_length * 2
+    for seed in range(3, 6):
+        update_both(card, captured, batch, seed)
+    torch.cuda.synchronize()
+    assert captured.path.run.captures == 2
+    assert_same_state(captured, card)
+
+
+def test_a_skipped_update_moves_no_running_average_in_the_graph(env):
+    card, captured, batch = pair(env)
+    for seed in range(3):
+        update_both(card, captured, batch, seed)
+    slow = captured.value_loss.target_value_model_params
+    before = [t.clone() for t in [*slow.values(True, True), *captured._statistics()]]
+    poisoned = batch.clone()
+    poisoned["next", "reward"][0] = float("nan")
+    update_both(card, captured, poisoned, 3)
+    torch.cuda.synchronize()
+    after = [*slow.values(True, True), *captured._statistics()]
+    assert all(torch.equal(a, b) for a, b in zip(after, before))
+    assert_same_state(captured, card)
+
+
+def test_discrete_actions_captured_give_the_eager_updates_numbers():
+    cfg = v3_config(discrete=True)
+    env = make_env(cfg.env, cfg.algo, seed=0)
+    try:
+        card = v3_learner(v3_config(discrete=True), env, CUDA)
+        captured = v3_learner(v3_config(discrete=True, update="captured"), env, CUDA)
+        captured.compile()
+        batch = collected_batch(cfg, env, CUDA)
+    finally:
+        close_env(env)
+    for seed in range(5):
+        update_both(card, captured, batch, seed)
+    torch.cuda.synchronize()
+    assert captured.path.run.captures == 1
     assert_same_state(captured, card)

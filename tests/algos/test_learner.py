@@ -18,12 +18,12 @@ from dreamer.algos.v1 import learner as v1_learner
 from dreamer.algos.v1 import models as v1_models
 from dreamer.algos.v1.learner import METRIC_NAMES, DreamerV1Learner
 from dreamer.algos.v1.models import build_models
-from dreamer.data.replay import stored_keys
 from dreamer.data.transforms import VectorAsImage
 from dreamer.envs.factory import close_env, make_env
 from dreamer.envs.keys import IS_FIRST
 from tests.support.configs import tiny_config
 from tests.support.gpu_checks import CHECKPOINT_RESUME, EAGER_UPDATES_CUDA, V1_NO_HOST_TRANSFER
+from tests.support.learners import collected_steps, new_learner
 from tests.support.spies import HOST_TRANSFERS, CallCounter, spy_tensor_methods
 from torchrl_ext import shares_weights
 
@@ -38,17 +38,12 @@ def _setup(pixels: bool, **env_overrides):
     policy collected, reduced to what the replay buffer stores."""
     cfg = tiny_config(pixels=pixels, **env_overrides)
     env = make_env(cfg.env, cfg.algo, seed=0)
-    torch.manual_seed(0)
-    steps = cfg.buffer.batch_size * cfg.buffer.batch_length
     try:
-        models = build_models(cfg.algo, cfg.env, env, CPU)
-        with torch.no_grad():
-            rollout = env.rollout(steps, models.policy(explore=True), break_when_any_done=False)
+        batch = collected_steps(cfg, env)
     except BaseException:
         close_env(env)
         raise
-    batch = rollout.select(*stored_keys(models.obs_key), strict=False)
-    assert batch.shape == (steps,)
+    assert batch.shape == (cfg.buffer.batch_size * cfg.buffer.batch_length,)
     return cfg, env, batch
 
 
@@ -70,10 +65,8 @@ def _batch_shape(cfg) -> dict:
     return {"batch_size": cfg.buffer.batch_size, "batch_length": cfg.buffer.batch_length}
 
 
-def _learner(cfg, env, seed=0, device=CPU, autocast=None):
-    torch.manual_seed(seed)
-    models = build_models(cfg.algo, cfg.env, env, device)
-    return DreamerV1Learner(cfg.algo, cfg.compile, models, device, autocast_dtype=autocast, **_batch_shape(cfg))
+def _learner(cfg, env, seed=0, device=CPU, autocast=None) -> DreamerV1Learner:
+    return new_learner(cfg, env, seed=seed, device=device, autocast_dtype=autocast)
 
 
 def _snapshot(learner):

@@ -20,12 +20,12 @@ from dreamer.algos.v3 import models as v3_models
 from dreamer.algos.v3.learner import METRIC_NAMES, DreamerV3Learner
 from dreamer.algos.v3.models import build_models
 from dreamer.config import validate
-from dreamer.data.replay import stored_keys
 from dreamer.envs.factory import close_env, make_env
 from dreamer.envs.keys import IS_FIRST
 from dreamer.errors import UserError
 from tests.support.configs import tiny_config
 from tests.support.gpu_checks import EAGER_UPDATES_CUDA, V3_NO_HOST_TRANSFER
+from tests.support.learners import collected_steps, new_learner
 from tests.support.spies import HOST_TRANSFERS, CallCounter, spy_tensor_methods
 from torchrl_ext import OneCriticPassDreamerV3ActorLoss
 
@@ -50,16 +50,11 @@ def _setup(pixels: bool = False, **env_overrides):
     policy collected, reduced to what the replay buffer stores."""
     cfg = tiny_v3_config(pixels=pixels, **env_overrides)
     env = make_env(cfg.env, cfg.algo, seed=0)
-    torch.manual_seed(0)
-    steps = cfg.buffer.batch_size * cfg.buffer.batch_length
     try:
-        models = build_models(cfg.algo, cfg.env, env, CPU)
-        with torch.no_grad():
-            rollout = env.rollout(steps, models.policy(explore=True), break_when_any_done=False)
+        return cfg, env, collected_steps(cfg, env)
     except BaseException:
         close_env(env)
         raise
-    return cfg, env, rollout.select(*stored_keys(models.obs_key), strict=False)
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +75,8 @@ def _batch_shape(cfg) -> dict:
     return {"batch_size": cfg.buffer.batch_size, "batch_length": cfg.buffer.batch_length}
 
 
-def _learner(cfg, env, seed=0):
-    torch.manual_seed(seed)
-    return DreamerV3Learner(cfg.algo, cfg.compile, build_models(cfg.algo, cfg.env, env, CPU), CPU, **_batch_shape(cfg))
+def _learner(cfg, env, seed=0) -> DreamerV3Learner:
+    return new_learner(cfg, env, seed=seed)
 
 
 def _parameters(learner) -> dict[str, torch.Tensor]:

@@ -20,11 +20,10 @@ import numpy as np
 import pytest
 import torch
 
-from dreamer.algos.registry import algorithm
 from dreamer.config import validate
-from dreamer.data.replay import stored_keys
 from dreamer.envs.factory import close_env, make_env
 from tests.support.configs import tiny_config
+from tests.support.learners import collected_steps, new_learner
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
@@ -90,19 +89,10 @@ def _config(algo: str, pixels: bool, env_name: str, **algo_overrides):
 def _learner_on_fixed_batch(cfg):
     """(learner, env, batch): a seeded learner and batch_size*batch_length steps its
     exploration policy collected, as the replay buffer stores them."""
-    algo = algorithm(cfg.algo.name)
     env = make_env(cfg.env, cfg.algo, seed=0)
     try:
-        torch.manual_seed(0)
-        models = algo.build_models(cfg.algo, cfg.env, env, CPU)
-        steps = cfg.buffer.batch_size * cfg.buffer.batch_length
-        with torch.no_grad():
-            rollout = env.rollout(steps, models.policy(explore=True), break_when_any_done=False)
-        batch = rollout.select(*stored_keys(models.obs_key), strict=False)
-        learner = algo.learner_cls(
-            cfg.algo, cfg.compile, models, CPU,
-            batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length,
-        )
+        batch = collected_steps(cfg, env)
+        learner = new_learner(cfg, env)
     except BaseException:
         close_env(env)
         raise
@@ -236,7 +226,7 @@ def test_actor_raises_the_imagined_return_on_a_frozen_world_model(algo, pixels, 
             actor = learner._actor_phase(start)
             value = learner._value_phase(prepared, start, actor.out)
             learner._step({"actor": learner._weighted(actor), "value": learner._weighted(value)})  # as update() does
-            learner._after_value_step()
+            learner._after_value_step(torch.zeros(()))
         reward_after, lambda_after, action_after = _imagined(learner, start)
     finally:
         close_env(env)

@@ -13,8 +13,6 @@ from dreamer.algos.learner import PHASES, PhaseOut
 from dreamer.algos.nonfinite import SkipInStep
 from dreamer.algos.registry import ALGORITHMS
 from dreamer.config import validate
-from dreamer.data.replay import stored_keys
-from dreamer.envs.factory import close_env, make_env
 from tests.support.configs import tiny_config
 from tests.support.gpu_checks import NAN_REWARD, NAN_REWARD_CUDA
 from tests.support.learners import learner_on
@@ -36,24 +34,7 @@ def _config(algo: str):
 @pytest.fixture(scope="module", params=list(ALGORITHMS))
 def setup(request):
     """A tiny learner of one algorithm and a batch its policy collected."""
-    cfg = _config(request.param)
-    build, learner_cls = ALGORITHMS[request.param]
-    env = make_env(cfg.env, cfg.algo, seed=0)
-    try:
-        torch.manual_seed(0)
-        models = build(cfg.algo, cfg.env, env, CPU)
-        with torch.no_grad():
-            rollout = env.rollout(
-                cfg.buffer.batch_size * cfg.buffer.batch_length, models.policy(explore=True),
-                break_when_any_done=False,
-            )
-    finally:
-        close_env(env)
-    learner = learner_cls(
-        cfg.algo, cfg.compile, models, CPU,
-        batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length,
-    )
-    return learner, rollout.select(*stored_keys(models.obs_key), strict=False)
+    return learner_on(_config(request.param), CPU)
 
 
 def _weights_and_optimizers(learner) -> bytes:
@@ -152,3 +133,33 @@ def test_a_nan_reward_skips_the_world_model_step_counts_it_and_leaves_its_weight
     assert learner.flush_metrics()["updates_skipped_nonfinite"] == 2
     learner.update(batch.clone())
     assert not all(torch.equal(a, b) for a, b in zip(world_model_state(), before))
+
+
+def _running_averages(learner) -> list[torch.Tensor]:
+    """The slow critic's weights (V3; V1 with slow_value_tau) and the return percentiles (V3)."""
+    if hasattr(learner, "slow_critic"):  # V3
+        slow = list(learner.value_loss.target_value_model_params.values(True, True))
+        return [t.detach().clone() for t in slow + learner._statistics()]
+    return [p.detach().clone() for p in learner.slow_value.parameters()]
+
+
+@pytest.mark.gpu_acceptance(NAN_REWARD)
+@pytest.mark.parametrize("algo", list(ALGORITHMS))
+def test_a_skipped_update_moves_no_running_average(algo):
+    """A non-finite update is skipped whole: the slow critic stays where it was (it would
+    otherwise step toward the critic), and so do V3's return percentiles (a NaN return
+    would otherwise enter them); the next finite update moves both again."""
+    cfg = _config(algo)
+    if algo == "dreamer_v1":
+        cfg.algo.slow_value_tau = 0.02
+    learner, batch = learner_on(cfg, CPU)
+    for _ in range(2):  # the slow critic now trails the critic; the percentiles have moved
+        learner.update(batch.clone())
+    before = _running_averages(learner)
+    poisoned = batch.clone()
+    poisoned["next", "reward"][0, 0] = float("nan")
+    learner.update(poisoned)
+    assert all(torch.equal(a, b) for a, b in zip(_running_averages(learner), before))
+    assert learner.flush_metrics()["updates_skipped_nonfinite"] == 1
+    learner.update(batch.clone())
+    assert not all(torch.equal(a, b) for a, b in zip(_running_averages(learner), before))

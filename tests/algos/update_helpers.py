@@ -7,11 +7,9 @@ import torch
 
 from dreamer.algos.update_paths import tensor_leaves
 from dreamer.algos.v3.learner import DreamerV3Learner
-from dreamer.algos.v3.models import build_models
 from dreamer.config import validate
-from dreamer.data.replay import stored_keys
-from dreamer.envs.keys import observation_key
 from tests.support.configs import tiny_config
+from tests.support.learners import collected_steps, new_learner
 
 CPU = torch.device("cpu")
 
@@ -32,19 +30,11 @@ def v3_config(*, discrete: bool = False, pixels: bool = False, update: str = "lo
 def collected_batch(cfg, env, device: torch.device = CPU):
     """batch_size * batch_length steps the acting policy (on the CPU, as collectors run it)
     collected, reduced to what the replay stores, on ``device``."""
-    torch.manual_seed(0)
-    policy = build_models(cfg.algo, cfg.env, env, CPU).policy(explore=True)
-    with torch.no_grad():
-        rollout = env.rollout(cfg.buffer.batch_size * cfg.buffer.batch_length, policy, break_when_any_done=False)
-    return rollout.select(*stored_keys(observation_key(cfg.env)), strict=False).to(device)
+    return collected_steps(cfg, env, device=device)
 
 
 def v3_learner(cfg, env, device: torch.device = CPU) -> DreamerV3Learner:
-    torch.manual_seed(1)  # the same initial weights for every learner of a test
-    models = build_models(cfg.algo, cfg.env, env, device)
-    return DreamerV3Learner(
-        cfg.algo, cfg.compile, models, device, batch_size=cfg.buffer.batch_size, batch_length=cfg.buffer.batch_length
-    )
+    return new_learner(cfg, env, seed=1, device=device)  # the same initial weights for every learner of a test
 
 
 def assert_same_state(ours: DreamerV3Learner, reference: DreamerV3Learner) -> None:

@@ -12,8 +12,12 @@ environment, ``runpy`` running ``dreamer`` as ``__main__``, and the interpreter'
 What a fork cannot show is what happens while those libraries import (warnings printed
 then, environment read then): tests about a run's console start a fresh interpreter
 (``fresh=True`` in tests/support/processes.py), as does any run whose environment differs
-from the server's in what those imports read (``ForkServer.serves``), and every run with
-``DREAMER_TESTS_EXEC=1``.
+from the server's in what those imports read (``ForkServer.serves``).
+
+Why it stays: it is the simplest way found to hold the suite's time (its run-starting tests
+took about half the wall time forked, docs/PERFORMANCE.md, where shorter runs and fewer
+processes had already been taken). To run a test without it, as a user's shell would start
+each run: ``DREAMER_TESTS_EXEC=1 python -m pytest tests/e2e/test_train.py``.
 """
 
 from __future__ import annotations

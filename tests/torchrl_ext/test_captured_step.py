@@ -146,3 +146,20 @@ def test_another_input_layout_or_invalidate_warms_up_and_captures_again(graphs):
 def test_a_capture_needs_a_warm_up():
     with pytest.raises(ValueError, match="warmup"):
         CapturedStep(lambda inputs: None, warmup=0)
+
+
+def test_a_changed_key_captures_again_even_for_the_same_input_layout(graphs):
+    """What else the step's graph depends on (a learner's (B, T) split of the same flat batch):
+    a new key warms up and captures again instead of replaying the old graph."""
+    total = torch.zeros(())
+    split = [(2, 5)]
+    captured = CapturedStep(counting_step(graphs, total), warmup=1, key=lambda: split[0])
+    for _ in range(3):
+        captured(batch(1.0, size=10))
+    assert captured.captures == 1
+    split[0] = (1, 10)  # the same 10 records, another split
+    graphs.log.clear()
+    captured(batch(1.0, size=10))
+    assert "replay" not in graphs.log and not captured.ready
+    captured(batch(1.0, size=10))
+    assert captured.captures == 2 and total.item() == 5 * 10

@@ -15,7 +15,7 @@ from dreamer.algos.v1.models import DreamerV1Models
 from dreamer.config import CompileConfig, DreamerV1Config
 from dreamer.data.transforms import VectorAsImage
 from dreamer.envs.keys import PIXELS_KEY
-from torchrl_ext import held_out_view
+from torchrl_ext import held_out_view, masked_lerp_
 
 METRIC_NAMES = (
     "loss_model_kl",
@@ -122,11 +122,11 @@ class DreamerV1Learner(BaseLearner):
         value_td, _ = self.loss_fns["value"](imagined)
         return PhaseOut({"loss_value": value_td["loss_value"].squeeze()}, {})
 
-    def _after_value_step(self) -> None:
-        if self.slow_value is not None:
+    def _after_value_step(self, skipped: torch.Tensor) -> None:
+        if self.slow_value is not None:  # a skipped update leaves it where it was
             with torch.no_grad():
-                slow = list(self.slow_value.parameters())
-                torch._foreach_lerp_(slow, list(self.models.value.parameters()), self.algo_cfg.slow_value_tau)
+                masked_lerp_(list(self.slow_value.parameters()), list(self.models.value.parameters()),
+                              self.algo_cfg.slow_value_tau, skipped)
 
     # -- checkpoint -----------------------------------------------------------
     def _extra_state(self) -> dict:

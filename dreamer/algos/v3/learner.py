@@ -13,7 +13,6 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 from torchrl.objectives import DreamerV3ModelLoss, ValueEstimators
-from torchrl.objectives.utils import SoftUpdate
 
 from dreamer.algos.learner import BaseLearner, PhaseOut, param_groups
 from dreamer.algos.nonfinite import SkipInStep
@@ -25,6 +24,7 @@ from dreamer.system.compile import rssm_step_compile_kwargs
 from torchrl_ext import (
     OneCriticPassDreamerV3ActorLoss,
     SkippableDreamerV3Optimizer,
+    SkippableSoftUpdate,
     SyncFreeDreamerV3ValueLoss,
     held_out_view,
 )
@@ -119,7 +119,7 @@ class DreamerV3Learner(BaseLearner):
         ).to(device)
         # The slow critic exists only when it regularises (slow_critic_reg > 0).
         self.slow_critic = (
-            SoftUpdate(self.value_loss, tau=a.slow_critic_tau) if a.slow_critic_reg > 0 else None
+            SkippableSoftUpdate(self.value_loss, tau=a.slow_critic_tau) if a.slow_critic_reg > 0 else None
         )
 
         params = param_groups(models.modules, WORLD_MODEL_PARTS)
@@ -215,9 +215,9 @@ class DreamerV3Learner(BaseLearner):
         loss_td = self.loss_fns["replay_value"](replay, horizon=1.0 / (1.0 - a.gamma), lmbda=a.lmbda)
         return loss_td["loss_replay_value"]
 
-    def _after_value_step(self) -> None:
+    def _after_value_step(self, skipped: torch.Tensor) -> None:
         if self.slow_critic is not None:
-            self.slow_critic.step()
+            self.slow_critic.step(skipped)  # a skipped update leaves it where it was
 
     # -- checkpoint -----------------------------------------------------------
     def _extra_state(self) -> dict:
