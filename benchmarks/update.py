@@ -4,6 +4,13 @@
     python benchmarks/update.py experiment=small buffer.batch_length=32 --threads 1 2
     python benchmarks/update.py experiment=small --compile --json out.json
     python benchmarks/update.py experiment=atari100k_v3 --flops --warmup 0 --reps 1 --fill-steps 1024
+    python benchmarks/update.py experiment=small --against algo.joint_update=false algo.repval_grad=false
+
+--against OVERRIDE ...: a second learner with these overrides added to the first's, built in this
+process from the same seed and replay contents, and the two timed in alternating rounds
+(--rounds, each --reps updates of each, the order swapped every round): ``a_s`` / ``b_s`` (the
+medians of each side's round medians) and ``a_vs_b`` (b_s / a_s: > 1, the first is faster), the
+figure a drifting shared machine does not move.
 
 Builds the preset's models and learner (V1 or V3) on the CPU, fills its replay
 buffer with one real rollout of the acting policy (as the collector would), then
@@ -84,6 +91,33 @@ def flop_floor(learner, replay, eager_s: float) -> dict:
             "matmul_rate_fraction": flops / rate / eager_s}
 
 
+def side_by_side(args) -> int:
+    """The first learner (the overrides) and the second (with --against added) in alternating rounds."""
+    import statistics
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads[0])
+    sides = {}
+    for name, extra in (("a", []), ("b", args.against)):
+        cfg = compose([*args.overrides, *extra, "compile.enabled=false"])
+        torch.manual_seed(cfg.seed)
+        sides[name] = build(cfg, args.fill_steps)
+    rounds: dict[str, list[float]] = {"a": [], "b": []}
+    for index in range(args.rounds):
+        for name in ("a", "b") if index % 2 == 0 else ("b", "a"):
+            learner, replay = sides[name]
+            rounds[name].append(time_calls(learner.update, replay.sample, args.warmup, args.reps)["wall_s"])
+        print(f"round {index + 1}: a {rounds['a'][-1]:.3f} s, b {rounds['b'][-1]:.3f} s per update", flush=True)
+    a_s, b_s = statistics.median(rounds["a"]), statistics.median(rounds["b"])
+    results = {"overrides": args.overrides, "against": args.against, "a_s": a_s, "b_s": b_s, "a_vs_b": b_s / a_s,
+               "a_round_s": rounds["a"], "b_round_s": rounds["b"], "threads": torch.get_num_threads()}
+    print(f"a {a_s:.3f} s, b {b_s:.3f} s per update: a is {b_s / a_s:.2f}x b")
+    write_report(args.json, results)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -97,8 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fill-steps", type=int, metavar="N",
                         help="replay filled with N acting steps (default: 4 batches of sequences, >= 1000); "
                              "the plain timing and --flops (the A/Bs fill their default)")
+    parser.add_argument("--against", nargs="+", metavar="OVERRIDE",
+                        help="time a second learner with these overrides added, in alternating rounds")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of --against (default 5)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
+    if args.against:
+        return side_by_side(args)
     import torch  # after parsing: --help answers without it
 
     results: dict = {"overrides": args.overrides, "threads": {}}

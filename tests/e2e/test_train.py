@@ -204,3 +204,21 @@ def test_dreamer_v3_tiny_run_trains_evaluates_and_resumes(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     after = json.loads((run_dir / "summary.json").read_text())
     assert after["frames"] >= 400 and after["updates"] > summary["updates"]
+
+
+def test_dreamer_v3s_proprio_setting_trains_on_cartpoles_short_episodes(tmp_path):
+    """Issue 55: `experiment=gym_state env.name=CartPole-v1` (64-step sequences) on random
+    CartPole, whose episodes last ~22 steps: it was refused at the first sample ('no episode in
+    the replay is as long as buffer.batch_length=64') for most seeds. Sequences now run across
+    episode ends; the run learns from them (tiny networks: what is under test is the replay)."""
+    run_dir = tmp_path / "run"
+    proc = run_dreamer(
+        "experiment=gym_state", "env.name=CartPole-v1", "seed=1", "compile=off",
+        "algo.hidden_dim=16", "algo.rssm_hidden_dim=16", "algo.num_categoricals=4", "algo.num_classes=4",
+        "algo.num_bins=31", "algo.mlp_layers=1", "algo.imagination_horizon=3", "collector.num_workers=0",
+        "threads=1", "collector.init_random_frames=1024", "train.total_frames=1100", "train.train_ratio=512",
+        "eval.every=1000", "eval.episodes=1", "logger.progress_bar=false", f"hydra.run.dir={run_dir}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["updates"] > 0 and summary["eval_episodes"] == 1

@@ -22,7 +22,8 @@ def fake_run(path, seed, returns, frames=(100, 200, 300), model=None):
     lines = []
     for f, r in zip(frames, returns):
         lines.append({"frames": f, "updates": f // 10, "updates_per_s": 10.0 + seed})
-        lines.append({"frames": f, "updates": f // 10, "eval_sample_return_mean": r, "eval_sample_return_std": 0.0})
+        lines.append({"frames": f, "updates": f // 10, "eval_sample_return_mean": r, "eval_sample_return_std": 0.0,
+                      "wall_s": f / 10})
     (path / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     return path
 

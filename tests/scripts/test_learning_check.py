@@ -149,8 +149,8 @@ def test_random_levels_are_measured_through_the_tasks_own_env(capsys):
 
 
 def test_the_cpu_suite_changes_only_the_env_between_the_tasks_of_one_preset():
-    """One preset per algorithm, fixed across tasks (issue 18): composed as the
-    runs compose them, two tasks of one preset differ in env.* alone."""
+    """Presets fixed across tasks (issues 18 and 55): composed as the runs compose them, two
+    tasks of one preset differ in env.* alone."""
     import hydra
     from hydra.core.global_hydra import GlobalHydra
 
@@ -167,10 +167,10 @@ def test_the_cpu_suite_changes_only_the_env_between_the_tasks_of_one_preset():
             by_preset.setdefault(task.experiment, []).append(to_dict(load_config(composed)))
     GlobalHydra.instance().clear()
     assert {name: cfg["algo"]["name"] for name, (cfg, *_) in by_preset.items()} == {
-        "small": "dreamer_v3", "small_v1": "dreamer_v1"}
-    assert len(by_preset["small"]) == 6
+        "small": "dreamer_v3", "small_v1": "dreamer_v1", "gym_state": "dreamer_v3"}
+    assert len(by_preset["small"]) == 7
     for configs in by_preset.values():
         without_env = [{k: v for k, v in cfg.items() if k != "env"} for cfg in configs]
         assert all(c == without_env[0] for c in without_env)
     envs = [(c["env"]["backend"], c["env"]["name"], c["env"]["from_pixels"]) for c in by_preset["small"]]
-    assert len(set(envs)) == len(envs)  # six different tasks
+    assert len(set(envs)) == len(envs)  # seven different tasks
