@@ -240,6 +240,7 @@ class StreamSliceSampler(Sampler):
         windows = (total - self.slice_len + 1).clamp_min(0)
         segments = torch.stack([first, step[first], stream[first], windows], -1)
         self._table = (chunks, segments)
+        self._keys = (chunks[:, 0] << STREAM_SHIFT) | chunks[:, 1]  # the chunks' search keys
         return self._table
 
     def _sampleable_count(self, storage: Storage, batch_size: int) -> int:
@@ -266,8 +267,7 @@ class StreamSliceSampler(Sampler):
         offset = draw - (ends - windows)[segment]
         steps = (segments[segment, 1] + offset).unsqueeze(-1) + torch.arange(self.slice_len)  # (slices, T)
         streams = segments[segment, 2].unsqueeze(-1).expand_as(steps)
-        keys = (chunks[:, 0] << STREAM_SHIFT) | chunks[:, 1]
-        chunk = torch.searchsorted(keys, (streams << STREAM_SHIFT) | steps, right=True) - 1
+        chunk = torch.searchsorted(self._keys, (streams << STREAM_SHIFT) | steps, right=True) - 1
         rows = chunks[chunk, 2] + (steps - chunks[chunk, 1])
         return rows.reshape(-1), {}
 

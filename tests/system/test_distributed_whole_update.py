@@ -5,7 +5,9 @@ bit-identical parameters."""
 
 from __future__ import annotations
 
+import queue
 import socket
+import time
 
 import pytest
 import torch
@@ -68,6 +70,20 @@ def _whole_updates_on_rank(rank: int, port: int, out) -> None:
         dist.destroy_process_group()
 
 
+def _results(out, procs, deadline: float) -> list:
+    """One result per rank; fails at once when a rank dies without one (its
+    traceback is in the captured stderr) instead of waiting out the deadline."""
+    results = []
+    while len(results) < len(procs):
+        try:
+            results.append(out.get(timeout=5))
+        except queue.Empty:
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            assert not dead, f"a rank exited with {dead} before reporting (its traceback is above)"
+            assert time.monotonic() < deadline, "the ranks reported nothing in time"
+    return results
+
+
 @pytest.mark.slow
 @pytest.mark.trace
 def test_ranks_stay_bit_identical_through_compiled_whole_updates_on_different_batches():
@@ -78,7 +94,7 @@ def test_ranks_stay_bit_identical_through_compiled_whole_updates_on_different_ba
     for p in procs:
         p.start()
     try:
-        results = sorted(out.get(timeout=1200) for _ in procs)
+        results = sorted(_results(out, procs, deadline=time.monotonic() + 1200))
     finally:
         for p in procs:
             p.join(timeout=60)

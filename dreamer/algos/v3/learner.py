@@ -175,7 +175,10 @@ class DreamerV3Learner(BaseLearner):
             self.models.rollout.compile_rollout("step", **rssm_step_compile_kwargs(cc))
 
     def _statistics(self) -> list[torch.Tensor]:
-        return list(self.actor_loss.retnorm.state_dict().values())
+        # The buffers ``state_dict`` saves, without calling it: torch 2.11's dynamo
+        # cannot trace ``state_dict`` (it sets ``_metadata`` on an OrderedDict).
+        norm = self.actor_loss.retnorm
+        return [b for name, b in norm.named_buffers() if name not in norm._non_persistent_buffers_set]
 
     # -- the phases -------------------------------------------------------------
     def _world_model_phase(self, batch: TensorDictBase) -> PhaseOut:
