@@ -75,3 +75,23 @@ def test_plot_runs_script_writes_a_png(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"{out}: 2 runs"
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_labels_make_one_curve_per_argument_whatever_the_configs(tmp_path):
+    """An A/B of one experiment: without --label both settings' runs would be seeds of one curve."""
+    for side in ("joint", "separate"):
+        for seed in (0, 1):
+            fake_run(tmp_path / side / f"seed_{seed}", seed, [-900, -700, -500])
+    script = [sys.executable, str(REPO_ROOT / "scripts" / "plot_runs.py"), str(tmp_path / "joint"),
+              str(tmp_path / "separate")]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    out = tmp_path / "ab.png"
+    result = subprocess.run([*script, "--label", "joint", "--label", "separate", "--out", str(out)],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"{out}: 4 runs" and out.exists()
+    result = subprocess.run([*script, "--label", "joint", "--out", str(out)], capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: 1 --label for 2 RUN_DIR: give one per RUN_DIR, or none"
+
