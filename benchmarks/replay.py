@@ -2,13 +2,20 @@
 
     python benchmarks/replay.py
     python benchmarks/replay.py --capacity 1000000 --workers 16 --batch-length 64 --json replay.json
+    python benchmarks/replay.py --beside-update --threads 2 --rounds 4
 
 Fills a replay buffer (the app's: dreamer.data.replay.make_replay_buffer, state vectors of
 --obs-dim floats) with --workers streams written in turns, --frames-per-batch steps per write
 and an episode end every --episode steps, until it has wrapped once; then times --reps writes
-and --reps samples of --batch-size x --batch-length records (no prefetch: the sampler's own
-work, which a prefetch thread does beside the learner). Prints and writes (--json) the median
-milliseconds of each.
+and --reps samples of --batch-size x --batch-length records, each after a write (the sampler
+rebuilds its index of the streams), then --reps samples back to back (a write of 100 steps serves
+tens of updates). No prefetch: the sampler's own work, which a prefetch thread does beside the
+learner. Prints and writes (--json) the median milliseconds of each.
+
+--beside-update times what that thread costs the learner: `experiment=small` eager updates with
+its replay (filled by the acting policy, 20k steps), alone and with a thread that draws one batch
+per update as the app's prefetch thread does (on one OpenMP thread, as that one runs), in
+alternating rounds (--rounds) in one process.
 """
 
 from __future__ import annotations
@@ -51,10 +58,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--batch-length", type=int, default=64)
     parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1: a sampler's threads on a busy core wait on each other)")
+    parser.add_argument("--beside-update", action="store_true",
+                        help="time the update alone and beside a sampling thread instead (see above)")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds of each side (--beside-update)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
     import torch
 
+    torch.set_num_threads(args.threads)
+    if args.beside_update:
+        return beside_update(args)
     from dreamer.config import BufferConfig
     from dreamer.data.replay import make_replay_buffer, write
 
@@ -82,12 +97,58 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         replay.sample()
         samples.append(time.perf_counter() - start)
+    repeats = []  # samples between writes (a write serves tens of updates): no index to rebuild
+    for _ in range(args.reps):
+        start = time.perf_counter()
+        replay.sample()
+        repeats.append(time.perf_counter() - start)
     results = {**vars(args), "json": None, "records": len(replay), "write_ms": 1e3 * statistics.median(writes),
-               "sample_ms": 1e3 * statistics.median(samples)}
+               "sample_after_write_ms": 1e3 * statistics.median(samples),
+               "sample_ms": 1e3 * statistics.median(repeats)}
     print(f"{len(replay)} records in {args.workers} streams: write {results['write_ms']:.2f} ms "
-          f"({args.frames_per_batch} steps), sample {results['sample_ms']:.2f} ms "
-          f"({args.batch_size} x {args.batch_length}, the index rebuilt after each write)")
+          f"({args.frames_per_batch} steps); sample ({args.batch_size} x {args.batch_length}) "
+          f"{results['sample_ms']:.2f} ms, {results['sample_after_write_ms']:.2f} ms after a write (the index rebuilt)")
     write_report(args.json, results)
+    return 0
+
+
+def beside_update(args) -> int:
+    """Median seconds per update alone and beside a thread sampling one batch per update."""
+    import threading
+
+    from harness import build, compose, time_calls
+
+    from torchrl_ext import use_one_intra_op_thread
+
+    learner, replay = build(compose(["experiment=small", "compile=off", f"buffer.capacity={args.capacity}"]),
+                            fill_steps=20_000)
+    batch = replay.sample()
+    requests, stop = threading.Semaphore(0), threading.Event()
+
+    def prefetch() -> None:
+        use_one_intra_op_thread()  # as the app's prefetch thread starts (torchrl_ext/replay.py)
+        while not stop.is_set():
+            if requests.acquire(timeout=0.2):
+                replay.sample()
+
+    def with_a_sample():
+        requests.release()  # the prefetch thread draws the next batch while this update runs
+        return batch.clone()
+
+    thread = threading.Thread(target=prefetch, daemon=True)
+    thread.start()
+    medians: dict[str, list[float]] = {"alone": [], "beside_sampler": []}
+    try:
+        for _ in range(args.rounds):
+            medians["alone"].append(time_calls(learner.update, batch.clone, 3, args.reps // 2)["wall_s"])
+            medians["beside_sampler"].append(time_calls(learner.update, with_a_sample, 3, args.reps // 2)["wall_s"])
+    finally:
+        stop.set()
+        thread.join()
+    alone, beside = statistics.median(medians["alone"]), statistics.median(medians["beside_sampler"])
+    print(f"update alone {alone:.3f} s, beside the sampling thread {beside:.3f} s ({beside / alone:.2f}x), "
+          f"threads={args.threads}, {args.rounds} rounds")
+    write_report(args.json, {**vars(args), "json": None, "alone_s": alone, "beside_sampler_s": beside})
     return 0
 
 
