@@ -5,12 +5,13 @@
     python benchmarks/update.py experiment=small --compile --json out.json
     python benchmarks/update.py experiment=atari100k_v3 --flops --warmup 0 --reps 1 --fill-steps 1024
     python benchmarks/update.py experiment=small --against algo.joint_update=false algo.repval_grad=false
+    python benchmarks/update.py experiment=small --compile --threads 1 --against algo.joint_update=false
 
 --against OVERRIDE ...: a second learner with these overrides added to the first's, built in this
 process from the same seed and replay contents, and the two timed in alternating rounds
 (--rounds, each --reps updates of each, the order swapped every round): ``a_s`` / ``b_s`` (the
 medians of each side's round medians) and ``a_vs_b`` (b_s / a_s: > 1, the first is faster), the
-figure a drifting shared machine does not move.
+figure a drifting shared machine does not move. Eager, or both sides compiled with --compile.
 
 Builds the preset's models and learner (V1 or V3) on the CPU, fills its replay
 buffer with one real rollout of the acting policy (as the collector would), then
@@ -101,9 +102,12 @@ def side_by_side(args) -> int:
         torch.set_num_threads(args.threads[0])
     sides = {}
     for name, extra in (("a", []), ("b", args.against)):
-        cfg = compose([*args.overrides, *extra, "compile.enabled=false"])
+        cfg = compose([*args.overrides, *extra, f"compile.enabled={args.compile}"])
         torch.manual_seed(cfg.seed)
-        sides[name] = build(cfg, args.fill_steps)
+        sides[name] = learner, replay = build(cfg, args.fill_steps)
+        if args.compile:
+            learner.compile()
+            print(f"{name}: compile warm-up {learner.warmup(replay.sample()):.1f} s", flush=True)
     rounds: dict[str, list[float]] = {"a": [], "b": []}
     for index in range(args.rounds):
         for name in ("a", "b") if index % 2 == 0 else ("b", "a"):

@@ -151,6 +151,10 @@ REFUSALS = {
         _fixed("env=dmc"), _says("MUJOCO_GL=nonsense is refused by mujoco (RuntimeError: invalid value for environment "
                                  "variable MUJOCO_GL: nonsense)"),
         lambda tmp, mp, stack: mp.setenv("MUJOCO_GL", "nonsense")),
+    "a MUJOCO_GL mujoco takes and dm_control refuses, for a DMC env": Refusal(
+        _fixed("env=dmc_proprio", "env.name=cartpole-balance"),
+        _says("MUJOCO_GL=glx is refused by dm_control (RuntimeError: Environment variable MUJOCO_GL must be one of "),
+        lambda tmp, mp, stack: mp.setenv("MUJOCO_GL", "glx")),
     "a size preset on Dreamer V1": Refusal(_fixed("model=size12m", "algo=dreamer_v1"),
                                            _says("model=size12m is a DreamerV3 size preset, but algo.name=dreamer_v1")),
     # more the run refused only after Hydra had created its directory

@@ -8,12 +8,14 @@ subprocess with each candidate in turn -- glfw (only with a display), egl
 (GPU or Mesa), osmesa (software) -- and the first that renders is set in
 ``os.environ``, which spawned collector workers inherit. A ``MUJOCO_GL`` the
 user set wins and is not probed, but a headless backend whose library is not
-installed, or a value mujoco refuses, is one error line, not a traceback.
+installed, or a value mujoco refuses (or, for DMC envs, dm_control), is one error line, not a
+traceback.
 """
 
 from __future__ import annotations
 
 import ctypes.util
+import functools
 import os
 import subprocess
 import sys
@@ -68,18 +70,29 @@ def missing_gl_library(environ: Mapping[str, str], find_library: Callable[[str],
             f"{INSTALL_HINTS[backend]}, or unset MUJOCO_GL to use a backend that renders here")
 
 
-def mujoco_refuses(backend: str, timeout: float = 60.0) -> str | None:
-    """mujoco's own complaint when it refuses ``MUJOCO_GL=backend`` at import (its last
-    line), asked in a subprocess: this process may have imported mujoco already."""
+def refused_at_import(backend: str, module: str = "mujoco", timeout: float = 60.0) -> str | None:
+    """The complaint (its last line) when importing ``module`` with ``MUJOCO_GL=backend``
+    fails, asked in a subprocess: this process may have imported it already."""
     env = {**os.environ, "MUJOCO_GL": backend}
     try:
-        out = subprocess.run([sys.executable, "-c", "import mujoco"], env=env, capture_output=True, text=True,
+        out = subprocess.run([sys.executable, "-c", f"import {module}"], env=env, capture_output=True, text=True,
                              timeout=timeout)
     except subprocess.TimeoutExpired:
-        return f"importing mujoco did not finish in {timeout:.0f} s"
+        return f"importing {module} did not finish in {timeout:.0f} s"
     if out.returncode == 0:
         return None
     return next((line.strip() for line in reversed(out.stderr.splitlines()) if line.strip()), "import failed")
+
+
+def mujoco_refuses(backend: str) -> str | None:
+    return refused_at_import(backend, "mujoco")
+
+
+@functools.cache
+def dm_control_refuses(backend: str) -> str | None:
+    """dm_control's complaint about ``MUJOCO_GL=backend``: it knows fewer values than mujoco
+    (``glx`` is mujoco's, not dm_control's) and raises when its first env is built."""
+    return refused_at_import(backend, "dm_control._render")
 
 
 def gl_environment_problem(environ: Mapping[str, str], refuses: Callable[[str], str | None] = mujoco_refuses,
@@ -111,11 +124,14 @@ def configure_mujoco_gl(environ: MutableMapping[str, str] | None = None, *, egl_
     returns it. ``egl_device``: the GPU this rank renders on when EGL is used
     (``MUJOCO_EGL_DEVICE_ID``, unless already set), so ranks do not all render on
     GPU 0. Raises UserError naming what to install when none renders, or when the backend the user
-    named lacks its library."""
+    named lacks its library or is a value dm_control refuses."""
     environ = os.environ if environ is None else environ
     backend = environ.get("MUJOCO_GL")
     if problem := missing_gl_library(environ):
         raise UserError(problem)
+    if backend is not None and backend not in INSTALL_HINTS and (reason := dm_control_refuses(backend)):
+        raise UserError(f"MUJOCO_GL={backend} is refused by dm_control ({reason}): set MUJOCO_GL=egl, osmesa "
+                        "or glfw, or unset it to use a backend that renders here")
     if backend is None:
         tried = candidates(environ)
         backend = next((b for b in tried if probe(b)), None)
