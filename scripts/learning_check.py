@@ -7,7 +7,7 @@ One preset:
     python scripts/learning_check.py --seeds 0 -- algo.actor_lr=1e-4  # extra Hydra overrides after --
 
 A suite: fixed presets on many tasks (SUITES below; docs/LEARNING.md):
-    python scripts/learning_check.py --suite cpu                      # every task x seed x budget: ~11.5 hours
+    python scripts/learning_check.py --suite cpu                      # every task x seed x budget: ~15.5 hours
     python scripts/learning_check.py --suite cpu --tasks cartpole_v3  # some of its tasks
     python scripts/learning_check.py --suite cpu --check outputs/learning_suite/cpu   # judge finished runs again
     python scripts/learning_check.py --suite ci                       # every task for seconds, tiny (CI)
@@ -71,7 +71,7 @@ class Task:
     minutes: float  # wall-clock budget per seed (train.max_minutes: from the start of building the run)
     threshold: float | None  # eval mean to reach inside the budget; None: reported, no bar
     threshold_source: str
-    episodes: int  # deterministic episodes per evaluation
+    episodes: int  # episodes per evaluation
     seeds: tuple[int, ...]
     allowed_misses: int  # seeds that may miss the threshold with the task still passing
     random_return: float  # mean return of uniformly random actions, on the eval's episodes

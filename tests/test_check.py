@@ -32,7 +32,7 @@ from dreamer.run import checkpoint as ckpt
 from dreamer.run import lock as run_lock
 from tests.config.test_up_front_checks import read_only
 from tests.run.test_checkpoint_integrity import _deflated_bomb
-from tests.support.runs import saved_run
+from tests.support.runs import saved_run, write_sealed
 
 TOTAL_FRAMES = load_config({}).train.total_frames
 
@@ -92,7 +92,7 @@ REFUSALS = {
     "a checkpoint that needs Python objects unpickled": Refusal(
         lambda tmp: [f"resume={tmp / RUN}"],
         lambda tmp: f"checkpoint {_newest(tmp / RUN)} needs Python objects unpickled",
-        lambda tmp, mp, stack: torch.save({"x": pathlib.PurePosixPath("x")}, _newest(saved_run(tmp / RUN)))),
+        lambda tmp, mp, stack: write_sealed(_newest(saved_run(tmp / RUN)), {"x": pathlib.PurePosixPath("x")})),
     "a crafted checkpoint that would inflate in memory": Refusal(
         lambda tmp: [f"resume={tmp / RUN}"], lambda tmp: f"checkpoint {_newest(tmp / RUN)} ",
         lambda tmp, mp, stack: _deflated_bomb(_newest(saved_run(tmp / RUN)), 100 * 2**20)),
@@ -155,6 +155,14 @@ REFUSALS = {
         _fixed("env=dmc_proprio", "env.name=cartpole-balance"),
         _says("MUJOCO_GL=glx is refused by dm_control (RuntimeError: Environment variable MUJOCO_GL must be one of "),
         lambda tmp, mp, stack: mp.setenv("MUJOCO_GL", "glx")),
+    "an unknown key": Refusal(_fixed("algo.nope=1"), _says("unknown config key algo.nope")),
+    "a renamed preset": Refusal(_fixed("experiment=pendulum"), _says("experiment=pendulum was renamed: use "
+                                                                    "experiment=small")),
+    "a pathwise actor gradient for discrete actions": Refusal(
+        _fixed("env=gym", "env.name=CartPole-v1", "algo.actor_grad=dynamics"),
+        _says("algo.actor_grad=dynamics needs continuous actions, and this env's are discrete")),
+    "an env.import that fails": Refusal(_fixed("env.import=no_such_pkg.envs"),
+                                        _says("env.import=no_such_pkg.envs: cannot import it")),
     "a size preset on Dreamer V1": Refusal(_fixed("model=size12m", "algo=dreamer_v1"),
                                            _says("model=size12m is a DreamerV3 size preset, but algo.name=dreamer_v1")),
     # more the run refused only after Hydra had created its directory

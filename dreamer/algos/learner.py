@@ -123,6 +123,11 @@ class BaseLearner(abc.ABC):
     # Why this algorithm's whole update cannot be one compiled graph (None: it can).
     NO_COMPILED_WHOLE_UPDATE: str | None = None
 
+    @classmethod
+    def refuse_env(cls, algo_cfg: AlgoConfig, discrete_actions: bool) -> None:
+        """Raise UserError when this algorithm, so configured, cannot learn an env with these
+        actions: the run and ``--check`` ask before anything is written."""
+
     def __init__(
         self,
         algo_cfg: AlgoConfig,

@@ -20,15 +20,24 @@ def _first_line(err: BaseException) -> str:
     return next((line.strip() for line in str(err).splitlines() if line.strip()), err.__class__.__name__)
 
 
-# Presets renamed so each name says the algorithm it trains and none is also a config
-# group's option (env=dmc_proprio): old name -> new name, refused with the new one.
-RENAMED_PRESETS = {
-    "dmc_cheetah_run": "dmc_cheetah_run_v1",
-    "dmc_walker_walk": "dmc_walker_walk_v1",
-    "atari_pong": "atari_pong_v1",
-    "dmc_vision": "dmc_vision_v3",
-    "dmc_proprio": "dmc_proprio_v3",
-    "atari100k": "atari100k_v3",
+# Group options renamed so each preset's name says the algorithm it trains and none is also
+# a config group's option (env=dmc_proprio): group -> old name -> new name, refused with the new one.
+RENAMED_OPTIONS = {
+    "experiment": {
+        "dmc_cheetah_run": "dmc_cheetah_run_v1",
+        "dmc_walker_walk": "dmc_walker_walk_v1",
+        "atari_pong": "atari_pong_v1",
+        "dmc_vision": "dmc_vision_v3",
+        "dmc_proprio": "dmc_proprio_v3",
+        "atari100k": "atari100k_v3",
+        "pendulum": "small",  # the CPU-sized V3 preset, which runs any task since
+        "pendulum_v3": "small",
+    },
+    "compile": {"default": "off"},
+}
+# Options retired without a successor: group -> old name -> what to do instead.
+RETIRED_OPTIONS = {
+    "experiment": {"default": "the default run is the schema's defaults: leave experiment= out"},
 }
 
 
@@ -69,8 +78,10 @@ def compose_overrides(overrides: list[str], *, with_hydra: bool = False) -> Any:
     except MissingConfigException as err:
         options = ", ".join(sorted(err.options or []))
         group, _, name = (err.missing_cfg_file or "").partition("/")
-        if group == "experiment" and name in RENAMED_PRESETS:
-            raise UserError(f"experiment={name} was renamed: use experiment={RENAMED_PRESETS[name]}") from None
+        if name in RENAMED_OPTIONS.get(group, {}):
+            raise UserError(f"{group}={name} was renamed: use {group}={RENAMED_OPTIONS[group][name]}") from None
+        if name in RETIRED_OPTIONS.get(group, {}):
+            raise UserError(f"{group}={name} was retired: {RETIRED_OPTIONS[group][name]}") from None
         raise UserError(
             f"{_first_line(err)}" + (f"; choose {group}= one of: {options}" if options else "")
         ) from None

@@ -220,16 +220,6 @@ class UnsafeCheckpoint(UserError):
     """A checkpoint that would need arbitrary Python objects unpickled."""
 
 
-# Older checkpoints kept numpy's RNG state as an array and torch's version as
-# a TorchVersion: array reconstruction and a str subclass are data, not code,
-# so those still load.
-_NUMPY_CORE = getattr(np, "_core", None) or np.core  # numpy 2 renamed it
-_LEGACY_SAFE_GLOBALS = [
-    _NUMPY_CORE.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32)),
-    torch.torch_version.TorchVersion,
-]
-
-
 def _read(path: Path) -> dict:
     try:
         integrity.check(path)  # before torch reads anything
@@ -239,8 +229,7 @@ def _read(path: Path) -> dict:
     # mmap: tensors stay in the page cache until copied into the live modules and
     # replay storage, so a saved replay is not held twice in RAM on resume.
     try:
-        with torch.serialization.safe_globals(_LEGACY_SAFE_GLOBALS):
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as err:
         unsafe = (str(err).split("Unsupported global: ")[1:] or [""])[0].split(" ")[0].strip()
         raise UnsafeCheckpoint(
@@ -248,7 +237,9 @@ def _read(path: Path) -> dict:
             "run code: refused (dreamer writes tensors and plain types only; do not load files you do not trust)"
         ) from None
     manifest = state.get("manifest")
-    if manifest is not None and "config" in state and manifest["config_hash"] != config_hash(state["config"]):
+    if manifest is None:
+        raise ValueError("no manifest: not a checkpoint dreamer wrote")
+    if "config" in state and manifest["config_hash"] != config_hash(state["config"]):
         raise ValueError("manifest config hash does not match the stored config")
     return state
 

@@ -8,8 +8,8 @@ as they are written, all but those last 2, in the same pass that writes them;
 comment ``dreamer-sha256:<hex>``. Zip readers (torch's, Python's) accept a
 comment. A reader hashes the file up to the comment length field in blocks
 (never the whole file in memory; the pages it reads are the ones torch maps
-next) and compares. Files written before digests have no such comment and
-are loaded unchecked.
+next) and compares. A file without the comment was not written by
+:func:`dreamer.run.checkpoint.save_checkpoint` and is refused as corrupt.
 
 The size check reads the zip's central directory only (``zipfile``): a file
 whose entries declare more bytes than the file holds (a deflated ``data.pkl``
@@ -44,8 +44,8 @@ class DigestingWriter:
     the OS error of a failed write (torch's zip writer reports a short write only as
     "unexpected pos", hiding ENOSPC / EFBIG / EDQUOT)."""
 
-    def __init__(self, f):
-        self.f = f
+    def __init__(self, file):
+        self.file = file
         self.error: OSError | None = None
         self._sha = hashlib.sha256()
         self._held = b""  # the last 2 bytes seen: the comment length, left out of the digest
@@ -53,7 +53,7 @@ class DigestingWriter:
 
     def write(self, data) -> int:
         try:
-            written = self.f.write(data)
+            written = self.file.write(data)
         except OSError as err:
             self.error = err
             raise
@@ -70,7 +70,7 @@ class DigestingWriter:
         return written
 
     def flush(self) -> None:
-        self.f.flush()
+        self.file.flush()
 
     def seal(self) -> str:
         """Append the digest as the zip's comment; returns it (hex)."""
@@ -79,19 +79,19 @@ class DigestingWriter:
         digest = self._sha.hexdigest()
         comment = DIGEST_PREFIX + digest.encode()
         try:
-            self.f.seek(-2, os.SEEK_END)
-            self.f.write(struct.pack("<H", len(comment)) + comment)
+            self.file.seek(-2, os.SEEK_END)
+            self.file.write(struct.pack("<H", len(comment)) + comment)
         except OSError as err:
             self.error = err
             raise
         return digest
 
 
-def check(path: Path) -> str | None:
+def check(path: Path) -> str:
     """Check ``path`` before loading it: raises :class:`OversizedFile` when its entries
     declare more bytes than the file holds, :class:`CorruptFile` when it is not a
-    readable zip or its sealed digest does not match. Returns the digest (None: a file
-    written before digests)."""
+    readable zip, carries no sealed digest, or its digest does not match. Returns the
+    digest."""
     size = os.path.getsize(path)
     try:
         with zipfile.ZipFile(path) as archive:
@@ -104,7 +104,7 @@ def check(path: Path) -> str | None:
         detail = f" (compressed: {', '.join(compressed[:3])})" if compressed else ""
         raise OversizedFile(f"declares {declared / 2**20:.1f} MiB of data in a {size / 2**10:.0f} KiB file{detail}")
     if not comment.startswith(DIGEST_PREFIX):
-        return None
+        raise CorruptFile("no sealed digest: not a checkpoint dreamer wrote")
     expected = comment[len(DIGEST_PREFIX):].decode(errors="replace")
     actual = file_digest(path, size - len(comment) - 2)
     if actual != expected:

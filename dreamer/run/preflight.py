@@ -23,7 +23,7 @@ from dreamer.algos.registry import algorithm
 from dreamer.algos.update_paths import resolve_update_path
 from dreamer.config import Config
 from dreamer.data.replay import bytes_per_step, check_capacity, use_pinned_memory
-from dreamer.envs.factory import close_env, make_env
+from dreamer.envs.factory import close_env, is_discrete, make_env
 from dreamer.envs.keys import observation_key
 from dreamer.errors import UserError
 from dreamer.report.logger import check_video_writer
@@ -98,14 +98,16 @@ def _check_this_machine(checked: CheckedRun, ranks: distributed.Ranks) -> Checke
 
 def measure_env_and_models(cfg: Config, with_models: bool) -> tuple[int, int]:
     """(bytes of one replayed step, about what the models add to a checkpoint: 0 unless
-    ``with_models``), from one env built here (a bad env name, a missing extra or an
-    env.import that fails is one line) and, with ``with_models``, the learner built on the CPU."""
+    ``with_models``), from one env built here (a bad env name, a missing extra, an env.import
+    that fails or actions the algorithm cannot learn is one line) and, with ``with_models``,
+    the learner built on the CPU."""
     env = make_env(cfg.env, cfg.algo, seed=cfg.seed)
     try:
+        build_models, learner_cls = algorithm(cfg.algo.name)
+        learner_cls.refuse_env(cfg.algo, is_discrete(env))
         step_bytes = bytes_per_step(env.fake_tensordict(), observation_key(cfg.env))
         if not with_models:
             return step_bytes, 0
-        build_models, learner_cls = algorithm(cfg.algo.name)
         cpu = torch.device("cpu")
         models = build_models(cfg.algo, cfg.env, env, cpu)
         # The update path does not change what is saved; captured needs CUDA, this copy is on the CPU.

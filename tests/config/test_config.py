@@ -246,8 +246,10 @@ OPTION_GROUPS = ("env", "logger", "compile", "buffer", "collector", "algo", "mod
 
 
 def test_no_preset_shares_a_name_with_another_groups_option():
-    # experiment=dmc_proprio beside env=dmc_proprio read as one thing; they were not.
-    shared = {(group, name) for group in OPTION_GROUPS for name in set(_names("experiment")) & set(_names(group))}
+    # experiment=dmc_proprio beside env=dmc_proprio read as one thing; they were not. conf/sweep/
+    # holds W&B sweep files, but Hydra composes +sweep=NAME from it all the same.
+    shared = {(group, name) for group in (*OPTION_GROUPS, "sweep")
+              for name in set(_names("experiment")) & set(_names(group))}
     assert not shared, f"presets named like another group's option: {sorted(shared)}"
 
 

@@ -15,7 +15,7 @@ import torch
 from dreamer.__main__ import one_line_on_user_error
 from dreamer.check import check_command_line
 from dreamer.config import AlgoConfig, EnvConfig, load_config
-from dreamer.config.compose import RENAMED_PRESETS
+from dreamer.config.compose import RENAMED_OPTIONS, RETIRED_OPTIONS, compose_overrides
 from tests.support.paths import CONF_DIR
 
 
@@ -91,12 +91,20 @@ def test_bad_input_is_one_clear_line(case, tmp_path, capsys):
     assert message in line, line
 
 
-@pytest.mark.parametrize("old, new", sorted(RENAMED_PRESETS.items()))
-def test_a_renamed_preset_is_one_line_naming_its_new_name(old, new, tmp_path, capsys):
-    assert (CONF_DIR / "experiment" / f"{new}.yaml").is_file()
-    assert not (CONF_DIR / "experiment" / f"{old}.yaml").exists()
-    line = _one_line([f"experiment={old}", "seed=1"], tmp_path, capsys)
-    assert line == f"error: experiment={old} was renamed: use experiment={new}"
+@pytest.mark.parametrize("group, old, new", [(g, old, new) for g, names in sorted(RENAMED_OPTIONS.items())
+                                               for old, new in sorted(names.items())])
+def test_a_renamed_option_is_one_line_naming_its_new_name(group, old, new, tmp_path, capsys):
+    load_config(compose_overrides([f"{group}={new}"]))  # the new name is a real option
+    assert not (CONF_DIR / group / f"{old}.yaml").exists()
+    line = _one_line([f"{group}={old}", "seed=1"], tmp_path, capsys)
+    assert line == f"error: {group}={old} was renamed: use {group}={new}"
+
+
+@pytest.mark.parametrize("group, old", [(g, old) for g, names in sorted(RETIRED_OPTIONS.items()) for old in names])
+def test_a_retired_option_is_one_line_saying_what_to_do(group, old, tmp_path, capsys):
+    assert not (CONF_DIR / group / f"{old}.yaml").exists()
+    line = _one_line([f"{group}={old}"], tmp_path, capsys)
+    assert line == f"error: {group}={old} was retired: {RETIRED_OPTIONS[group][old]}"
 
 
 @pytest.mark.parametrize("backend, module, name, extra", [

@@ -398,7 +398,8 @@ def test_the_readmes_account_of_the_default_run_is_the_schemas(compose):
     stated = number(r"about ([\d,]+) updates", section)
     assert abs(stated - updates) <= 0.1 * updates, f"README says about {stated} updates; the schema makes {updates:.0f}"
     assert cfg.eval.every == number(r"evaluates every (\d+) updates", section)
-    assert cfg.eval.episodes == number(r"\((\d+) deterministic episodes\)", section)
+    assert cfg.eval.episodes == number(r"\((\d+) episodes of the (?:sampling|mode) policy\)", section)
+    assert f"episodes of the {'sampling' if cfg.eval.policy == 'sample' else 'mode'} policy" in section
     assert cfg.checkpoint.every == number(r"checkpoints every (\d+)", section)
 
 

@@ -11,6 +11,7 @@ import torch
 from dreamer.errors import UserError
 from dreamer.run import checkpoint as ckpt
 from tests.support.gpu_checks import CHECKPOINT_RESUME
+from tests.support.runs import write_sealed
 
 
 def _state(tag: int) -> dict:
@@ -72,7 +73,7 @@ def test_a_manifest_that_does_not_match_its_config_falls_back(tmp_path, capsys):
     newest = ckpt.save_checkpoint(tmp_path, {"config": {"seed": 2}, "tag": 2}, updates=2, keep=3)
     state = torch.load(newest, weights_only=False)
     state["config"]["seed"] = 3  # the stored config no longer matches what was hashed
-    torch.save(state, newest)
+    write_sealed(newest, state)
     assert ckpt.load_latest(tmp_path)["tag"] == 1
     assert str(newest) in capsys.readouterr().err
 
@@ -188,7 +189,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_in_one_line(tmp_path):
     ckpt.save_checkpoint(tmp_path, _state(1), updates=1, keep=3)
     marker = tmp_path / "pwned"
     hostile = tmp_path / ckpt.CHECKPOINT_DIR / "ckpt_0000000002.pt"
-    torch.save({**_state(2), "payload": _RunsCode(marker)}, hostile)
+    write_sealed(hostile, {**_state(2), "payload": _RunsCode(marker)})  # a seal anyone can forge
     with pytest.raises(ckpt.UnsafeCheckpoint) as err:
         ckpt.load_latest(tmp_path)
     message = str(err.value)

@@ -115,12 +115,14 @@ def test_the_digest_is_written_with_the_file_and_plain_readers_still_read_it(tmp
     assert torch.load(path, weights_only=True)["tag"] == 5  # torch reads it as any checkpoint
 
 
-def test_a_checkpoint_written_before_digests_still_loads(tmp_path):
-    directory = tmp_path / ckpt.CHECKPOINT_DIR
-    directory.mkdir()
-    torch.save(_state(7), directory / "ckpt_0000000007.pt")  # no digest comment
-    assert integrity.check(directory / "ckpt_0000000007.pt") is None
-    assert ckpt.load_latest(tmp_path)["tag"] == 7
+def test_a_file_without_a_digest_is_not_resumed(tmp_path, capsys):
+    ckpt.save_checkpoint(tmp_path, _state(1), updates=1, keep=3)
+    unsealed = tmp_path / ckpt.CHECKPOINT_DIR / "ckpt_0000000007.pt"
+    torch.save(_state(7), unsealed)  # a plain torch.save: no digest comment
+    with pytest.raises(integrity.CorruptFile, match="no sealed digest"):
+        integrity.check(unsealed)
+    assert ckpt.load_latest(tmp_path)["tag"] == 1
+    assert not unsealed.exists() and str(unsealed) in capsys.readouterr().err
 
 
 def _deflated_bomb(path, size: int) -> None:

@@ -76,6 +76,10 @@ def _world_model_loss(a: DreamerV3Config, models: DreamerV3Models, device: torch
 class DreamerV3Learner(BaseLearner):
     METRIC_NAMES = METRIC_NAMES
 
+    @classmethod
+    def refuse_env(cls, algo_cfg: DreamerV3Config, discrete_actions: bool) -> None:
+        _use_reinforce(algo_cfg.actor_grad, discrete_actions)
+
     def __init__(
         self,
         algo_cfg: DreamerV3Config,
