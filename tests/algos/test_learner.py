@@ -61,10 +61,6 @@ def pixel_setup():
     close_env(env)
 
 
-def _batch_shape(cfg) -> dict:
-    return {"batch_size": cfg.buffer.batch_size, "batch_length": cfg.buffer.batch_length}
-
-
 def _learner(cfg, env, seed=0, device=CPU, autocast=None) -> DreamerV1Learner:
     return new_learner(cfg, env, seed=seed, device=device, autocast_dtype=autocast)
 
@@ -457,8 +453,7 @@ def test_exploration_policy_acts_in_dm_control_from_pixels():
         # The world model is single precision: what it reads back must be too.
         assert batch["action"].dtype == torch.float32
         assert batch["next", "reward"].dtype == torch.float32
-        models = build_models(cfg.algo, cfg.env, env, CPU)
-        learner = DreamerV1Learner(cfg.algo, cfg.compile, models, CPU, **_batch_shape(cfg))
+        learner = new_learner(cfg, env)
         learner.update(batch.clone())
         assert all(math.isfinite(v) for v in learner.flush_metrics().values())
     finally:

@@ -71,10 +71,6 @@ def pixel_setup():
     close_env(env)
 
 
-def _batch_shape(cfg) -> dict:
-    return {"batch_size": cfg.buffer.batch_size, "batch_length": cfg.buffer.batch_length}
-
-
 def _learner(cfg, env, seed=0) -> DreamerV3Learner:
     return new_learner(cfg, env, seed=seed)
 
@@ -151,9 +147,7 @@ def test_v3_cuda_update_is_sync_free(state_setup, actor_grad):
     cfg = copy.deepcopy(cfg)
     cfg.algo.actor_grad = actor_grad
     device = torch.device("cuda")
-    torch.manual_seed(0)
-    models = build_models(cfg.algo, cfg.env, env, device)
-    learner = DreamerV3Learner(cfg.algo, cfg.compile, models, device, **_batch_shape(cfg))
+    learner = new_learner(cfg, env, device=device)
     on_device = batch.to(device)
     learner.update(on_device.clone())  # warm
     sample = on_device.clone()

@@ -25,6 +25,7 @@ from tests.algos.update_helpers import (
     v3_learner,
 )
 from tests.support.configs import tiny_config
+from tests.support.learners import new_learner
 from tests.support.spies import HOST_TRANSFERS, CallCounter, spy_tensor_methods
 
 CPU = torch.device("cpu")
@@ -177,18 +178,14 @@ def test_the_old_name_of_the_compiled_losses_path_is_refused_naming_the_new_one(
 
 
 def test_dreamer_v1_refuses_a_compiled_whole_update_in_one_line():
-    from dreamer.algos.v1.learner import DreamerV1Learner
-    from dreamer.algos.v1.models import build_models
-
     cfg = tiny_config()
     cfg.compile.enabled, cfg.compile.update = True, "whole"
     env = make_env(cfg.env, cfg.algo, seed=0)
     try:
-        models = build_models(cfg.algo, cfg.env, env, CPU)
+        with pytest.raises(UserError, match="dreamer_v1's cannot be one graph .*Adam.step.*compile.update=losses"):
+            new_learner(cfg, env)
     finally:
         close_env(env)
-    with pytest.raises(UserError, match="dreamer_v1's cannot be one graph .*Adam.step.*compile.update=losses"):
-        DreamerV1Learner(cfg.algo, cfg.compile, models, CPU, batch_size=2, batch_length=5)
 
 
 @pytest.mark.slow

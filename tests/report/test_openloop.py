@@ -25,6 +25,7 @@ from dreamer.report.openloop import (
 )
 from tests.support.batches import collector_batch
 from tests.support.configs import tiny_config
+from tests.support.learners import new_learner
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
@@ -47,15 +48,12 @@ def _config(algo: str):
 def setup(request):
     """Untrained tiny pixel models of one algorithm and its learner (for ``prepare``)."""
     cfg = _config(request.param)
-    build, learner_cls = ALGORITHMS[request.param]
     env = make_env(cfg.env, cfg.algo, seed=0)
     try:
-        torch.manual_seed(0)
-        models = build(cfg.algo, cfg.env, env, CPU)
+        learner = new_learner(cfg, env)
     finally:
         close_env(env)
-    return models, learner_cls(cfg.algo, cfg.compile, models, CPU, batch_size=cfg.buffer.batch_size,
-                               batch_length=cfg.buffer.batch_length)
+    return learner.models, learner
 
 
 def _replayed(seed: int = 0):
