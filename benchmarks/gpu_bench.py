@@ -314,15 +314,16 @@ def run_size(size: str, overrides: list[str], args, budget: Budget, skip) -> dic
 def first_update(size: str, overrides: list[str], timeout_s: float, workdir: Path) -> tuple[float | None, str]:
     """(seconds from process start to the end of the first update of ``python -m dreamer`` at ``overrides``,
     how it went): the run stops after the collector batch that brought its first update."""
+    from dreamer.config.ratio import TrainRatio
     from dreamer.config.validate import steps_before_learning
 
     cfg = compose(overrides)
-    b = cfg.buffer
+    one_update_per_batch = TrainRatio.of(cfg).replayed_per_update / cfg.collector.frames_per_batch
     # The shortest run the config checks allow: the prefill, then the batch that brings the first update.
     total_frames = cfg.env.action_repeat * (steps_before_learning(cfg) + cfg.collector.frames_per_batch)
     run_dir = workdir / f"first_update_{size}"
     cmd = [sys.executable, "-m", "dreamer", f"hydra.run.dir={run_dir}", *overrides,
-           f"train.train_ratio={b.batch_size * b.batch_length / cfg.collector.frames_per_batch}",
+           f"train.train_ratio={one_update_per_batch}",
            f"train.total_frames={total_frames}", "eval.episodes=1", "eval.video=false", "eval.openloop=false",
            "eval.every=1000000", "checkpoint.every=1000000", "logger.backend=none", "logger.progress_bar=false"]
     env = {**os.environ, "SDL_VIDEODRIVER": "dummy", "PYTHONUNBUFFERED": "1"}
