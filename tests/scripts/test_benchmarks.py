@@ -210,3 +210,15 @@ def test_gpu_bench_cpu_mode_runs_every_cpu_side_and_gives_every_skip_a_reason(tm
     for line in report["skips"]:
         where, _, why = line.partition(": ")
         assert where and why.strip(), line
+
+
+@pytest.mark.mujoco
+def test_render_benchmark_reports_each_size_against_a_control_step(tmp_path, capsys):
+    out = tmp_path / "render.json"
+    report = load_script(BENCHMARKS / "render.py").main(
+        ["--task", "cartpole-balance", "--sizes", "16", "24x32", "--calls", "2", "--reps", "2", "--json", str(out)])
+    assert json.loads(out.read_text())["machine"]
+    assert set(report["median_us"]) == {"step", "16x16", "24x32"} and all(v > 0 for v in report["median_us"].values())
+    median = report["median_us"]
+    assert report["render_over_step"]["24x32"] == pytest.approx(median["24x32"] / median["step"])
+    assert "render 24x32" in capsys.readouterr().out
