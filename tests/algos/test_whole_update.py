@@ -1,7 +1,7 @@
 """dreamer/algos/update_paths.py on the CPU: the whole Dreamer V3 update (losses,
 backward, optimiser steps with their non-finite skip, slow critic, metrics) is
-one torch.compile graph with no host read, and gives the card path's numbers;
-the card path's compiled losses trace without graph breaks or recompiles; the
+one torch.compile graph with no host read, and gives the losses path's numbers;
+the losses path's compiled losses trace without graph breaks or recompiles; the
 update path a config asks for is one the device can run."""
 
 from __future__ import annotations
@@ -61,16 +61,16 @@ class GraphRecorder:
 
 @pytest.fixture(scope="module", params=list(TASKS))
 def learners(request):
-    """(card learner, whole learner compiled and warmed up, graph recorder, batch, env):
+    """(losses_path learner, whole learner compiled and warmed up, graph recorder, batch, env):
     the same initial state; the whole update compiled once per task."""
     discrete, pixels = TASKS[request.param]
-    card_cfg = v3_config(discrete=discrete, pixels=pixels)
+    losses_cfg = v3_config(discrete=discrete, pixels=pixels)
     whole_cfg = v3_config(discrete=discrete, pixels=pixels, update="whole", compiled=True)
-    env = make_env(card_cfg.env, card_cfg.algo, seed=0)
+    env = make_env(losses_cfg.env, losses_cfg.algo, seed=0)
     recorder = GraphRecorder()
     try:
-        batch = collected_batch(card_cfg, env)
-        card, whole = v3_learner(card_cfg, env), v3_learner(whole_cfg, env)
+        batch = collected_batch(losses_cfg, env)
+        losses_path, whole = v3_learner(losses_cfg, env), v3_learner(whole_cfg, env)
         torch._dynamo.reset()
         counters.clear()
         with pytest.MonkeyPatch.context() as patch:
@@ -81,19 +81,19 @@ def learners(request):
             rng = torch.get_rng_state()
             assert whole.warmup(batch.clone()) > 0
             assert torch.equal(torch.get_rng_state(), rng), "warm-up moved the RNG stream"
-            weights = card.models.modules.state_dict()
+            weights = losses_path.models.modules.state_dict()
             assert all(torch.equal(v, weights[k]) for k, v in whole.models.modules.state_dict().items())
-            assert_same_state_dicts(whole.actor_loss.retnorm.state_dict(), card.actor_loss.retnorm.state_dict())
-            yield card, whole, recorder, batch, env
+            assert_same_state_dicts(whole.actor_loss.retnorm.state_dict(), losses_path.actor_loss.retnorm.state_dict())
+            yield losses_path, whole, recorder, batch, env
     finally:
         close_env(env)
 
 
 @pytest.mark.slow
 @pytest.mark.trace
-def test_whole_update_is_one_graph_without_host_reads_and_gives_the_card_paths_numbers(learners, monkeypatch):
-    card, whole, recorder, batch, _ = learners
-    assert card.update_path is UpdatePath.LOSSES and whole.update_path is UpdatePath.WHOLE
+def test_whole_update_is_one_graph_without_host_reads_and_gives_the_losses_paths_numbers(learners, monkeypatch):
+    losses_path, whole, recorder, batch, _ = learners
+    assert losses_path.update_path is UpdatePath.LOSSES and whole.update_path is UpdatePath.WHOLE
     assert len(recorder.graphs) == 1 and not counters["graph_break"], dict(counters["graph_break"])
     assert recorder.host_reads() == []
     calls = CallCounter()
@@ -109,9 +109,9 @@ def test_whole_update_is_one_graph_without_host_reads_and_gives_the_card_paths_n
     assert not imagination.__dict__.get("_cache"), f"the update filled TorchRL's key cache: {imagination._cache}"
     torch.manual_seed(7)
     for _ in range(UPDATES):
-        card.update(batch.clone())
-    assert_same_state(whole, card)
-    theirs, ours = card.flush_metrics(), whole.flush_metrics()
+        losses_path.update(batch.clone())
+    assert_same_state(whole, losses_path)
+    theirs, ours = losses_path.flush_metrics(), whole.flush_metrics()
     assert set(ours) == set(theirs) and all(math.isfinite(v) for v in ours.values())
     for name in theirs:
         assert ours[name] == pytest.approx(theirs[name], rel=1e-5, abs=1e-6), name
@@ -120,9 +120,9 @@ def test_whole_update_is_one_graph_without_host_reads_and_gives_the_card_paths_n
 @pytest.mark.slow
 @pytest.mark.trace
 def test_whole_update_skips_a_non_finite_batch_and_checkpoints_into_and_out_of_the_whole_path(learners):
-    card, whole, recorder, batch, env = learners
-    whole.load_state_dict(copy.deepcopy(card.state_dict()))  # into the whole path
-    card.flush_metrics(), whole.flush_metrics()
+    losses_path, whole, recorder, batch, env = learners
+    whole.load_state_dict(copy.deepcopy(losses_path.state_dict()))  # into the whole path
+    losses_path.flush_metrics(), whole.flush_metrics()
     before = {k: v.clone() for k, v in whole.models.modules.state_dict().items()}
     poisoned = batch.clone()
     poisoned["next", "reward"][0] = float("nan")  # NaN loss -> NaN gradients
@@ -133,11 +133,12 @@ def test_whole_update_skips_a_non_finite_batch_and_checkpoints_into_and_out_of_t
     world_model = [k for k in before if k.split(".")[0] in ("encoder", "decoder", "prior", "posterior", "reward")]
     assert all(torch.equal(after[k], before[k]) for k in world_model), "a non-finite world-model step was taken"
     torch.manual_seed(9)
-    card.update(poisoned.clone())
-    assert_same_state(whole, card)
-    assert whole.flush_metrics()["updates_skipped_nonfinite"] == 1 == card.flush_metrics()["updates_skipped_nonfinite"]
+    losses_path.update(poisoned.clone())
+    assert_same_state(whole, losses_path)
+    skipped = "updates_skipped_nonfinite"
+    assert whole.flush_metrics()[skipped] == 1 == losses_path.flush_metrics()[skipped]
 
-    resumed = v3_learner(v3_config(discrete=card.models.discrete, pixels=card.obs_key == "pixels"), env)
+    resumed = v3_learner(v3_config(discrete=losses_path.models.discrete, pixels=losses_path.obs_key == "pixels"), env)
     resumed.load_state_dict(copy.deepcopy(whole.state_dict()))  # out of the whole path
     for learner in (resumed, whole):
         torch.manual_seed(11)
@@ -190,7 +191,7 @@ def test_dreamer_v1_refuses_a_compiled_whole_update_in_one_line():
 
 @pytest.mark.slow
 @pytest.mark.trace
-def test_card_path_compiled_losses_of_a_discrete_actor_run_without_graph_breaks_or_recompiles_after_warm_up():
+def test_losses_path_compiled_losses_of_a_discrete_actor_run_without_graph_breaks_or_recompiles_after_warm_up():
     """A discrete actor's one-hot sample broke the compiled imagination (its frame ran
     eagerly, and the tensordict calls inside it, compiled one by one, recompiled per
     key up to dynamo's limit). A continuous actor's: tests/algos/test_learner_v3.py."""

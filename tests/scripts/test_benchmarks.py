@@ -124,8 +124,8 @@ def test_gpu_bench_refuses_a_side_of_another_size_or_math_and_rotates_the_order_
     timed = ["ours_losses", "torchrl", "other"]
     assert result["orders"] == [timed, timed[1:] + timed[:1], timed[2:] + timed[:2], timed]
     assert set(result["sides"]) == set(timed)
-    card = result["sides"]["ours_losses"]
-    assert card["s_per_update"] == 0.2 and card["back_to_back_s"] == 0.1 and card["updates_per_s"] == 10.0
+    ours = result["sides"]["ours_losses"]
+    assert ours["s_per_update"] == 0.2 and ours["back_to_back_s"] == 0.1 and ours["updates_per_s"] == 10.0
     assert result["speedup_vs_torchrl_losses"] == 1.0 and result["throughput_vs_torchrl"] == 1.0
     assert "math torchrl: {'float32_matmul_precision': 'high'" in capsys.readouterr().out
 
@@ -192,7 +192,7 @@ def test_gpu_bench_cpu_mode_runs_every_cpu_side_and_gives_every_skip_a_reason(tm
     report = json.loads(out.read_text())
     assert list(report["sizes"]) == ["tiny_states"]
     for size in ("tiny_states",):
-        # Ours (the card path) and TorchRL's stepper ran side by side, with the same weights and the same
+        # Ours (the losses path) and TorchRL's stepper ran side by side, with the same weights and the same
         # math settings, per synced update and back to back, each opening a round.
         assert report[f"speedup_vs_torchrl_{size}"] > 0 and report[f"speedup_vs_torchrl_{size}_losses"] > 0
         assert report[f"throughput_vs_torchrl_{size}"] > 0

@@ -1,5 +1,5 @@
 """benchmarks/update_paths.py: it runs (--help), and its summary is the median over
-rounds of each round's median, with every path's speed against the card path's."""
+rounds of each round's median, with every path's speed against the losses path's."""
 
 from __future__ import annotations
 
