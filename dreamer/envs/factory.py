@@ -39,7 +39,8 @@ from dreamer.envs.wrappers import AtariNoopStart, DownsampleUInt8
 from dreamer.errors import UserError
 
 
-def _available(backend: str) -> list[str]:
+def available_env_names(backend: str) -> list[str]:
+    """Every env name ``backend`` knows here (what env.name may be), sorted."""
     if backend == "gymnasium":
         return sorted(k for k in gymnasium.registry if "/" not in k)
     if backend == "dm_control":
@@ -56,7 +57,7 @@ def _available(backend: str) -> list[str]:
 
 
 def _unknown(env_cfg: EnvConfig) -> UserError:
-    names = _available(env_cfg.backend)
+    names = available_env_names(env_cfg.backend)
     imported = f" (env.import={env_cfg.import_} did not register it)" if env_cfg.import_ else ""
     return UserError(
         f"unknown {env_cfg.backend} env {env_cfg.name!r}{imported}; available: {', '.join(names)}"

@@ -29,6 +29,7 @@ from omegaconf import open_dict
 
 from dreamer.check import check_command_line
 from dreamer.config import ALGO_CONFIGS, Config, config_key, load_config, register_configs
+from dreamer.envs.factory import available_env_names
 from dreamer.errors import UserError
 from dreamer.run.resume import RESUME_OVERRIDABLE
 from tests.support.runs import saved_run
@@ -288,6 +289,36 @@ def test_every_dreamer_command_in_the_docs_passes_the_runs_checks(command, reade
     argv = (["-m"] if command.multirun else []) + command.overrides
     found = refusal(tuple(argv), tuple(sorted(command.environ.items())))
     assert found is None, f"{command.where}: `{command.text}` is refused: {found}"
+
+
+@functools.cache
+def env_names(backend: str) -> frozenset[str]:
+    return frozenset(available_env_names(backend))
+
+
+def env_choices(command: Command) -> list[list[str]]:
+    """The overrides that pick the command's env (its preset, env group and env keys), one list per
+    env a sweep's comma-separated values name."""
+    picks = [o for o in command.overrides if o.split("=")[0].lstrip("+~").startswith(("experiment", "env"))]
+    choices = [[]]
+    for pick in picks:
+        key, _, value = pick.partition("=")
+        values = value.split(",") if command.multirun else [value]
+        choices = [chosen + [f"{key}={v}"] for chosen in choices for v in values]
+    return choices
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if any("env" in o or "experiment" in o for o in c.overrides)],
+                         ids=lambda c: c.where)
+def test_every_env_a_docs_command_names_exists(command, compose):
+    """The run's checks leave the env to the machine that runs it (it is built there): a misspelled
+    env.name in the docs would pass them. Each name must be one its backend knows."""
+    for overrides in env_choices(command):
+        cfg = compose(overrides)
+        if cfg.env.import_:
+            continue  # a user module registers it
+        assert cfg.env.name in env_names(cfg.env.backend), \
+            f"{command.where}: `{command.text}` names {cfg.env.backend} env {cfg.env.name!r}, which does not exist"
 
 
 # -- links ---------------------------------------------------------------------------------------
