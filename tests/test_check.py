@@ -163,6 +163,16 @@ REFUSALS = {
         _says("algo.actor_grad=dynamics needs continuous actions, and this env's are discrete")),
     "an env.import that fails": Refusal(_fixed("env.import=no_such_pkg.envs"),
                                         _says("env.import=no_such_pkg.envs: cannot import it")),
+    "a missing extra (dm_control)": Refusal(
+        _fixed("env=dmc_proprio", "env.name=cartpole-balance"),
+        _says("dm_control is not installed ("),
+        lambda tmp, mp, stack: mp.setitem(sys.modules, "dm_control", None)),  # `import dm_control` raises
+    "videos without imageio-ffmpeg": Refusal(
+        _fixed("eval.video=true"), _says("videos need imageio-ffmpeg, which is not installed"),
+        lambda tmp, mp, stack: mp.setitem(sys.modules, "imageio_ffmpeg", None)),
+    "a profiling window that is not FIRST-LAST": Refusal(
+        _fixed(), _says("PROF_ITERATIONS='soon' must be FIRST-LAST learner updates"),
+        lambda tmp, mp, stack: mp.setenv("PROF_ITERATIONS", "soon")),
     "a size preset on Dreamer V1": Refusal(_fixed("model=size12m", "algo=dreamer_v1"),
                                            _says("model=size12m is a DreamerV3 size preset, but algo.name=dreamer_v1")),
     # more the run refused only after Hydra had created its directory
