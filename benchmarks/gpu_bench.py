@@ -12,7 +12,7 @@ the JAX and sheeprl sides, take most of one device call. --sides leaves sides ou
 
 Sizes (batch 16 x 64, device=cuda, bf16 autocast and TF32 as the app sets them on a GPU; all with
 algo.actor_grad=reinforce, the actor gradient of TorchRL's recipe and of the JAX reference):
-  size1m    experiment=gym_state: Pendulum-v1 states
+  size1m    experiment=gym_state_v3: Pendulum-v1 states
   size12m   experiment=dmc_vision_v3 model=size12m env=pendulum_pixels: 64x64 Pendulum pixels (no dm_control)
   size200m  experiment=dmc_vision_v3 env=pendulum_pixels
 --cpu runs tiny_states (alone, as size1m) or tiny_pixels instead (experiment=small at 16 units, batch 2 x 8,
@@ -91,7 +91,7 @@ from harness import (
 SCRIPT = Path(__file__).resolve()
 PENDULUM_PIXELS = ["env=pendulum_pixels", "env.name=Pendulum-v1"]
 SIZES = {
-    "size1m": ["experiment=gym_state", "algo.actor_grad=reinforce", "device=cuda"],
+    "size1m": ["experiment=gym_state_v3", "algo.actor_grad=reinforce", "device=cuda"],
     "size12m": ["experiment=dmc_vision_v3", "model=size12m", *PENDULUM_PIXELS, "algo.actor_grad=reinforce",
                 "device=cuda"],
     "size200m": ["experiment=dmc_vision_v3", *PENDULUM_PIXELS, "algo.actor_grad=reinforce", "device=cuda"],

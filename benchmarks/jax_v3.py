@@ -1,7 +1,7 @@
 """Seconds per update of the JAX DreamerV3 reference (danijar/dreamerv3 at e3f02248, the commit TorchRL's
 recipe tracks), driven from Python: a side for benchmarks/gpu_bench.py, and runnable alone.
 
-    python3 benchmarks/jax_v3.py --dreamerv3-src DIR experiment=gym_state algo.actor_grad=reinforce device=cuda
+    python3 benchmarks/jax_v3.py --dreamerv3-src DIR experiment=gym_state_v3 algo.actor_grad=reinforce device=cuda
 
 Its source is not ours to ship: DIR is a checkout of that commit (`git clone` danijar/dreamerv3, then
 `git checkout e3f02248`) whose requirements (jax, elements, ninjax, portal, granular, ruamel.yaml, optax,
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("overrides", nargs="*", help="our Hydra overrides, e.g. experiment=gym_state")
+    parser.add_argument("overrides", nargs="*", help="our Hydra overrides, e.g. experiment=gym_state_v3")
     parser.add_argument("--dreamerv3-src", required=True, help=f"a checkout of danijar/dreamerv3 at {COMMIT}")
     parser.add_argument("--warmup", type=int, default=2, help="untimed updates first (default 2)")
     parser.add_argument("--reps", type=int, default=5, help="timed updates (default 5)")

@@ -14,7 +14,7 @@ Configs (ours, then each peer mapped onto the same compute; the table printed at
 setting that changes compute, and the parameter counts of every side module by module):
   pendulum  experiment=small algo.actor_grad=reinforce (V3, 64 units, GRU 64 in 8 blocks, 16x16 latents,
             batch 16x16)
-  size1m    experiment=gym_state algo.actor_grad=reinforce (size1m, batch 16x64)
+  size1m    experiment=gym_state_v3 algo.actor_grad=reinforce (size1m, batch 16x64)
 Both on Pendulum-v1's 3-d state, fp32, --threads threads. Extra Hydra overrides for ours (--overrides) are
 mapped onto the peers too, since the mappings are read from our composed config.
 
@@ -83,7 +83,7 @@ INSTALL_HINT = (
 )
 PRESETS = {
     "pendulum": ["experiment=small", "algo.actor_grad=reinforce"],
-    "size1m": ["experiment=gym_state", "algo.actor_grad=reinforce"],
+    "size1m": ["experiment=gym_state_v3", "algo.actor_grad=reinforce"],
 }
 SIDES = ("sheeprl", "torchrl_eager", "torchrl_compiled", "ours_eager", "ours_compiled", "ours_whole")
 GROUPS = {"ours": ("ours_eager", "ours_compiled", "ours_whole"), "torchrl": ("torchrl_eager", "torchrl_compiled")}

@@ -2,7 +2,7 @@
 benchmarks/peers.py and benchmarks/gpu_bench.py, and runnable alone.
 
     python benchmarks/torchrl_v3.py experiment=small algo.actor_grad=reinforce
-    python benchmarks/torchrl_v3.py experiment=gym_state algo.actor_grad=reinforce --compiled --reps 5
+    python benchmarks/torchrl_v3.py experiment=gym_state_v3 algo.actor_grad=reinforce --compiled --reps 5
 
 The learner comes from the recipe the installed torchrl wheel ships (sota-implementations/dreamer_v3,
 imported by file path, never copied): its ``_build_learner`` (world model, imagination env, actor and

@@ -1,10 +1,10 @@
 """Seconds per learner update on each update path (compile.update), each in its own process, alternating.
 
     python benchmarks/update_paths.py experiment=small
-    python benchmarks/update_paths.py experiment=gym_state --rounds 3 --json paths.json
+    python benchmarks/update_paths.py experiment=gym_state_v3 --rounds 3 --json paths.json
     python benchmarks/update_paths.py experiment=small --paths eager losses whole --threads 2
     python benchmarks/update_paths.py experiment=dmc_vision_v3 --device cuda --paths losses captured
-    python benchmarks/update_paths.py experiment=gym_state --device cuda --paths eager captured_eager
+    python benchmarks/update_paths.py experiment=gym_state_v3 --device cuda --paths eager captured_eager
 
 Paths: ``eager`` (compile.enabled=false), ``losses`` (the compiled-losses path, as the CPU ships it:
 world model eager, actor/value losses and V3's RSSM step compiled), ``whole``

@@ -108,7 +108,7 @@ RANDOM_ACROBOT, RANDOM_ACROBOT_STD = -436.3, 72.2  # at action repeat 4
 
 CPU = Suite(
     name="cpu",
-    about="2-core CPU, one run at a time: experiment=small (V3), small_v1 (V1) and gym_state (V3's published "
+    about="2-core CPU, one run at a time: experiment=small (V3), small_v1 (V1) and gym_state_v3 (V3's published "
           "proprio setting), each fixed across tasks",
     tasks=(
         Task(name="pendulum_v3", experiment="small", env=("env=pendulum",), minutes=30,
@@ -123,14 +123,14 @@ CPU = Suite(
              episodes=10, seeds=(0, 1, 2), allowed_misses=0, random_return=20.0, random_source=_measured(14)),
         # Issue 55's rows: a discrete task decided at its terminal (Acrobot: -1 a step until the
         # tip swings above the bar, which ends the episode), and CartPole under DreamerV3's own
-        # proprio setting (gym_state: 64-step sequences; random episodes last ~22 steps).
+        # proprio setting (gym_state_v3: 64-step sequences; random episodes last ~22 steps).
         # Acrobot at action repeat 4: at 1, random actions never reached the goal in 500 steps (0 of
         # 20 episodes), so nothing would ever show the world model a terminal; at 4, 7 of 20 did.
         Task(name="acrobot_v3", experiment="small", env=("env=gym", "env.name=Acrobot-v1", "env.action_repeat=4"),
              minutes=60, threshold=-150.0, threshold_source="issue 55: the goal inside 150 env steps (random "
              "play mostly hits the 500-step limit)", episodes=10, seeds=(0, 1), allowed_misses=0,
              random_return=RANDOM_ACROBOT, random_source=_measured(RANDOM_ACROBOT_STD), budget_source="issue 55"),
-        Task(name="cartpole_gym_state_v3", experiment="gym_state", env=("env.name=CartPole-v1",), minutes=60,
+        Task(name="cartpole_gym_state_v3", experiment="gym_state_v3", env=("env.name=CartPole-v1",), minutes=60,
              threshold=400.0, threshold_source="as cartpole_v3", episodes=10, seeds=(0, 1), allowed_misses=0,
              random_return=20.0, random_source=_measured(14), budget_source="issue 55"),
         Task(name="dmc_cartpole_balance_v3", experiment="small",

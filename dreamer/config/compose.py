@@ -32,6 +32,7 @@ RENAMED_OPTIONS = {
         "atari100k": "atari100k_v3",
         "pendulum": "small",  # the CPU-sized V3 preset, which runs any task since
         "pendulum_v3": "small",
+        "gym_state": "gym_state_v3",  # DMC-proprio's published setting: its name says V3
     },
     "compile": {"default": "off"},
 }

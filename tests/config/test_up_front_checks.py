@@ -70,7 +70,7 @@ def test_resuming_a_directory_that_cannot_be_written_is_one_line(tmp_path):
 CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1")
 
 
-@pytest.mark.parametrize("preset", ["small", "gym_state"])
+@pytest.mark.parametrize("preset", ["small", "gym_state_v3"])
 @pytest.mark.parametrize("task", [*(("env=gym", f"env.name={name}") for name in CLASSIC_CONTROL),
                                   ("env=dmc_proprio", "env.name=walker-walk"),
                                   ("env=dmc_proprio", "env.name=cartpole-swingup")],
@@ -78,6 +78,6 @@ CLASSIC_CONTROL = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarCo
 def test_one_set_of_hyperparameters_runs_any_classic_control_or_dmc_task(preset, task, tmp_path):
     """Issue 55: the presets take any gymnasium classic-control or DMC (proprio) task with only
     env= and env.name= changed, whatever its episodes' lengths (CartPole's random ones last
-    ~22 steps, gym_state's sequences 64): the run's checks, this machine's included, pass."""
+    ~22 steps, gym_state_v3's sequences 64): the run's checks, this machine's included, pass."""
     checked = check_command_line([f"experiment={preset}", *task, f"hydra.run.dir={tmp_path / 'run'}"])
     assert checked is not None and checked.jobs[0][1].cfg.experiment == preset

@@ -207,13 +207,13 @@ def test_dreamer_v3_tiny_run_trains_evaluates_and_resumes(tmp_path):
 
 
 def test_dreamer_v3s_proprio_setting_trains_on_cartpoles_short_episodes(tmp_path):
-    """Issue 55: `experiment=gym_state env.name=CartPole-v1` (64-step sequences) on random
+    """Issue 55: `experiment=gym_state_v3 env.name=CartPole-v1` (64-step sequences) on random
     CartPole, whose episodes last ~22 steps: it was refused at the first sample ('no episode in
     the replay is as long as buffer.batch_length=64') for most seeds. Sequences now run across
     episode ends; the run learns from them (tiny networks: what is under test is the replay)."""
     run_dir = tmp_path / "run"
     proc = run_dreamer(
-        "experiment=gym_state", "env.name=CartPole-v1", "seed=1", "compile=off",
+        "experiment=gym_state_v3", "env.name=CartPole-v1", "seed=1", "compile=off",
         "algo.hidden_dim=16", "algo.rssm_hidden_dim=16", "algo.num_categoricals=4", "algo.num_classes=4",
         "algo.num_bins=31", "algo.mlp_layers=1", "algo.imagination_horizon=3", "collector.num_workers=0",
         "threads=1", "collector.init_random_frames=1024", "train.total_frames=1100", "train.train_ratio=512",

@@ -167,7 +167,7 @@ def test_the_cpu_suite_changes_only_the_env_between_the_tasks_of_one_preset():
             by_preset.setdefault(task.experiment, []).append(to_dict(load_config(composed)))
     GlobalHydra.instance().clear()
     assert {name: cfg["algo"]["name"] for name, (cfg, *_) in by_preset.items()} == {
-        "small": "dreamer_v3", "small_v1": "dreamer_v1", "gym_state": "dreamer_v3"}
+        "small": "dreamer_v3", "small_v1": "dreamer_v1", "gym_state_v3": "dreamer_v3"}
     assert len(by_preset["small"]) == 7
     for configs in by_preset.values():
         without_env = [{k: v for k, v in cfg.items() if k != "env"} for cfg in configs]
