@@ -132,10 +132,43 @@ def code_commands(path: Path) -> list[tuple[int, str]]:
     return lines
 
 
+# A template's placeholders: `experiment=PRESET`, a bare `ENV_OVERRIDES`, `seed=S`.
+PLACEHOLDER = re.compile(r"(^|\s|=)[A-Z][A-Z_]*(\s|$)")
+
+
+def paragraphs(prose: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Prose as (first line number, text joined with spaces): a paragraph ends at a blank line, and
+    each table row is one, so an inline command wrapped over two lines is read whole."""
+    found, start, lines, previous = [], None, [], None
+    for number, line in prose:
+        breaks = not line.strip() or line.lstrip().startswith("|") or previous != number - 1
+        if breaks and lines:
+            found.append((start, " ".join(lines)))
+            lines = []
+        if line.strip():
+            start = number if not lines else start
+            lines.append(line.strip())
+            if line.lstrip().startswith("|"):
+                found.append((start, " ".join(lines)))
+                lines = []
+        previous = number
+    if lines:
+        found.append((start, " ".join(lines)))
+    return found
+
+
 def inline_commands(path: Path) -> list[tuple[int, str]]:
+    """Commands in `backticks` in prose (a template with placeholders is not a command)."""
     prose, _ = split_fences(path.read_text())
-    return [(number, span) for number, line in prose for span in re.findall(r"`([^`]+)`", line)
-            if re.match(r"(python3? -m dreamer|dreamer)(\s|$)", span)]
+    return [(number, span) for number, text in paragraphs(prose) for span in re.findall(r"`([^`]+)`", text)
+            if re.match(r"(python3? -m dreamer|dreamer)(\s|$)", span) and not PLACEHOLDER.search(span)]
+
+
+def test_inline_commands_are_read_across_a_line_break_and_templates_are_left_out(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("Run `python -m dreamer\nseed=1` first.\n\n| a | `dreamer seed=2` |\n"
+                    "| b | `python -m dreamer experiment=PRESET seed=S` |\n\n```\nnot prose\n```\n")
+    assert inline_commands(page) == [(1, "python -m dreamer seed=1"), (4, "dreamer seed=2")]
 
 
 def expand_variables(token: str) -> str:
