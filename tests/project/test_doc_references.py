@@ -109,22 +109,38 @@ def exists(path: str) -> bool:
                for p in found if p in FILES)
 
 
+def code_block_paths(line: str) -> list[str]:
+    """The words of a code-block line that start at a top-level entry of the repository
+    (`python scripts/x.py`, `conf/sweep/y.yaml`): the paths a reader's shell will open."""
+    found = []
+    for token in TOKEN.findall(line.split(" #")[0]):
+        token = token.strip("'\"(),;").split("=", 1)[-1]
+        if "/" in token and token.split("/")[0] in TOP_LEVEL:
+            found.append(token)
+    return found
+
+
 def missing_paths(page: Path) -> list[str]:
-    prose, _ = split_fences(page.read_text())
-    missing = []
-    for number, line in prose:
-        for span in re.findall(r"`([^`]+)`", line):
-            for path in path_tokens(span):
-                if is_run_output(path) or outside_the_repository(path) or exists(path):
-                    continue
-                missing.append(f"{rel(page)}:{number}: `{path}`")
-    return missing
+    prose, code = split_fences(page.read_text())
+    named = [(number, path) for number, line in prose for span in re.findall(r"`([^`]+)`", line)
+             for path in path_tokens(span)]
+    named += [(number, path) for number, line in code for path in code_block_paths(line)]
+    return [f"{rel(page)}:{number}: `{path}`" for number, path in named
+            if not (is_run_output(path) or outside_the_repository(path) or exists(path))]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=rel)
 def test_every_repository_path_the_page_names_exists(page):
     missing = missing_paths(page)
     assert not missing, "paths in backticks that are not in the repository:\n" + "\n".join(missing)
+
+
+def test_a_code_block_path_is_checked_from_the_repository_root():
+    assert code_block_paths("python scripts/plot_runs.py outputs/x --out runs.png  # see docs/x.md") == [
+        "scripts/plot_runs.py"]
+    assert code_block_paths("wandb sweep --project dreamer conf/sweep/smoke_train_ratio.yaml") == [
+        "conf/sweep/smoke_train_ratio.yaml"]
+    assert exists("conf/sweep/smoke_train_ratio.yaml") and not exists("conf/sweep/smoke.yaml")
 
 
 def test_the_path_rules_tell_paths_from_other_words():
