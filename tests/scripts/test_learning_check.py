@@ -162,10 +162,13 @@ def test_the_cpu_suite_changes_only_the_env_between_the_tasks_of_one_preset():
     by_preset: dict[str, list[dict]] = {}
     with hydra.initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         for task in script.CPU.tasks:
-            composed = hydra.compose("config", overrides=[f"experiment={task.experiment}", *task.env,
+            composed = hydra.compose("config", overrides=[f"experiment={task.experiment}", *task.overrides(),
                                                           *script.CPU.overrides])
             by_preset.setdefault(task.experiment, []).append(to_dict(load_config(composed)))
     GlobalHydra.instance().clear()
+    # A task is judged by its evaluations inside the budget: a published preset's cadence (20,000
+    # updates) would leave a CPU run of an hour only its last one.
+    assert all(cfg["eval"]["every"] <= 1000 for configs in by_preset.values() for cfg in configs)
     assert {name: cfg["algo"]["name"] for name, (cfg, *_) in by_preset.items()} == {
         "small": "dreamer_v3", "small_v1": "dreamer_v1", "gym_state_v3": "dreamer_v3"}
     assert len(by_preset["small"]) == 7
