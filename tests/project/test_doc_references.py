@@ -1,8 +1,9 @@
 """What README.md and docs/ point at, exists; every config key is in the manual; figures stay a reference.
 
 - A repository path written in backticks in a page's prose, or opened by a code block's command,
-  exists (a file, a folder, a test function). What counts as a path, and the few things that look like one without being in the
-  repository (run outputs, the user's own files, placeholders), are the explicit rules below.
+  exists (a file, a folder, a test function). What counts as a path, and the few things that look
+  like one without being in the repository (run outputs, the user's own files, placeholders), are
+  the explicit rules below.
 - Every config key (each dotted leaf of the composed config, both algorithms) appears in docs/usage.md.
 - docs/PERFORMANCE.md and docs/LEARNING.md are references: no table cell over ~300 characters.
 """
