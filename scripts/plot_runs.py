@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from dreamer.errors import UserError
-from dreamer.report.plots import find_runs, load_run, plot_runs, relabelled
+from dreamer.report.plots import find_runs, load_run, plot_runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.label is None:
             runs = [load_run(path) for path in find_runs(args.run_dirs)]
         else:
-            runs = [relabelled(load_run(path), label) for arg, label in zip(args.run_dirs, args.label)
+            # Each RUN_DIR's runs are the seeds of one curve named by its --label, whatever their config.
+            runs = [replace(load_run(path), label=label) for arg, label in zip(args.run_dirs, args.label)
                     for path in find_runs([arg])]
         out = plot_runs(runs, args.out, x_axis=args.x)
     except UserError as err:

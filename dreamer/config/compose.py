@@ -30,7 +30,7 @@ RENAMED_OPTIONS = {
         "dmc_vision": "dmc_vision_v3",
         "dmc_proprio": "dmc_proprio_v3",
         "atari100k": "atari100k_v3",
-        "pendulum": "small",  # the CPU-sized V3 preset, which runs any task since
+        "pendulum": "small",  # the CPU-sized V3 preset, which runs any task
         "pendulum_v3": "small",
         "gym_state": "gym_state_v3",  # DMC-proprio's published setting: its name says V3
     },

@@ -5,7 +5,7 @@ curve, also sent to W&B) and by ``scripts/plot_runs.py`` (many runs)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -50,11 +50,6 @@ def _label(config: dict) -> str:
     parts = [config.get("experiment", "?"), config.get("env", {}).get("name", ""), config.get("model") or "",
              f"({policy} policy)" if policy else ""]
     return " ".join(p for p in parts if p)
-
-
-def relabelled(run: Run, label: str) -> Run:
-    """``run`` as one seed of the curve named ``label``, whatever its config."""
-    return replace(run, label=label)
 
 
 def load_run(path: Path) -> Run:
