@@ -154,6 +154,10 @@ class DreamerV3Config(AlgoConfig):
     # Actor entropy bonus and return normalisation (5th-95th percentile range,
     # an EMA with this rate, never dividing by less than min_scale).
     entropy_scale: float = within(3.0e-4, NON_NEGATIVE)
+    # Initial scale of the actor's output layer (x its fan-in initialisation), for
+    # discrete and continuous actions; the reference's 0.01 starts every state near
+    # the same action distribution (continuous: mean 0, std 0.9).
+    policy_outscale: float = within(0.01, NON_NEGATIVE)
     return_norm_rate: float = within(0.01, EMA_RATE)
     return_norm_min_scale: float = within(1.0, POSITIVE)
     # Slow critic: EMA of the value weights (tau per update) that regularises it.

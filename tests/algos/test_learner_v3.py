@@ -219,6 +219,32 @@ def test_v3_continuous_actions_fill_the_env_bounds_and_map_back_for_learning(sta
         torch.testing.assert_close(unit * 2.0, action)  # Pendulum's bounds are [-2, 2]
 
 
+@pytest.mark.parametrize("task", [{}, {"name": "CartPole-v1", "action_repeat": 1}], ids=["continuous", "discrete"])
+def test_v3_policy_outscale_sets_how_much_the_first_actions_differ_between_states(task):
+    """algo.policy_outscale reaches both actor heads: at the reference's 0.01 every state
+    starts near one action distribution; at 1.0 random output weights spread it by state."""
+    cfg = tiny_v3_config(**task)
+    env = make_env(cfg.env, cfg.algo, seed=0)
+    try:
+        latents = TensorDict({
+            "state": torch.randn(256, cfg.algo.latent_state_dim),
+            "belief": torch.randn(256, cfg.algo.rssm_hidden_dim),
+        }, batch_size=[256])
+        spread = {}
+        for outscale in (0.01, 1.0):
+            cfg.algo.policy_outscale = outscale
+            torch.manual_seed(0)  # the same weights but for the output layer's scale
+            models = build_models(cfg.algo, cfg.env, env, CPU)
+            with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+                out = models.actor(latents.clone())
+            head = out["loc"] if "loc" in out.keys() else out["logits"].log_softmax(-1)
+            spread[outscale] = float(head.std(0).mean())
+    finally:
+        close_env(env)
+    assert spread[0.01] < 0.05, spread
+    assert spread[1.0] > 20 * spread[0.01], spread
+
+
 def test_v3_policy_carries_the_belief_to_the_next_step(state_setup):
     cfg, env, _ = state_setup
     models = build_models(cfg.algo, cfg.env, env, CPU)

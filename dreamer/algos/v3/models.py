@@ -73,8 +73,8 @@ IMAGE_MULTS = (2, 3, 4, 4)
 IMAGE_KERNEL = 5
 # The paper's bounds on the continuous actor's standard deviation.
 ACTOR_MIN_STD, ACTOR_MAX_STD = 0.1, 1.0
-# The reference's output scale of the policy head (TorchRL's discrete actor has it built in).
-POLICY_OUTSCALE = 0.01
+# The output scale TorchRL's discrete actor builds its logits head at (algo.policy_outscale rescales it).
+UPSTREAM_DISCRETE_OUTSCALE = 0.01
 
 
 class ImaginationEnv(ScoreFunctionDreamerEnv, BatchedRewardDreamerEnv):
@@ -295,11 +295,13 @@ def _add_actor(modules: nn.ModuleDict, a: DreamerV3Config, action_dim: int, disc
             in_keys=["state", "belief"], device=device,
         )
         actor[1].distribution_class = TraceableOneHotCategorical  # upstream's draws, without a graph break
+        with torch.no_grad():
+            actor[0].module.logits_head.weight.mul_(a.policy_outscale / UPSTREAM_DISCRETE_OUTSCALE)
         modules["actor"] = actor
         return actor
-    # Output layer at 1% scale, as the reference's policy head: the first actions are
-    # near tanh(0) = 0 with a wide std, not spread by random output weights.
-    modules["actor"] = ContinuousActorV3(_mlp(a, latent, 2 * action_dim, device, outscale=POLICY_OUTSCALE))
+    # At the reference's 1% output scale the first actions are near tanh(0) = 0 with a
+    # wide std, not spread by random output weights.
+    modules["actor"] = ContinuousActorV3(_mlp(a, latent, 2 * action_dim, device, outscale=a.policy_outscale))
     return ProbabilisticTensorDictSequential(
         TensorDictModule(modules["actor"], in_keys=["state", "belief"], out_keys=["loc", "scale"]),
         ProbabilisticTensorDictModule(
