@@ -12,10 +12,15 @@ def return_key(policy: str, stat: str = "mean") -> str:
     return f"eval_{policy}_return_{stat}"
 
 
+# Runs from before eval.policy existed logged their evaluations, played by the mode, under
+# this name: plots and the learning check still read them next to new runs.
+LEGACY_RETURN_KEY = "eval_return_mean"
+
+
 def eval_return(record: dict) -> float | None:
     """The evaluated return a metrics record holds, whichever policy played it; None in
     records without an evaluation."""
     for policy in EVAL_POLICIES:
         if return_key(policy) in record:
             return record[return_key(policy)]
-    return None
+    return record.get(LEGACY_RETURN_KEY)

@@ -15,15 +15,14 @@ from dreamer.report.plots import find_runs, load_run, mean_std
 from tests.support.paths import REPO_ROOT
 
 
-def fake_run(path, seed, returns, frames=(100, 200, 300), model=None):
+def fake_run(path, seed, returns, frames=(100, 200, 300), model=None, return_key="eval_sample_return_mean"):
     path.mkdir(parents=True)
     config = {"experiment": "smoke", "seed": seed, "env": {"name": "Pendulum-v1"}, "model": model}
     (path / "config.json").write_text(json.dumps(config))
     lines = []
     for f, r in zip(frames, returns):
         lines.append({"frames": f, "updates": f // 10, "updates_per_s": 10.0 + seed})
-        lines.append({"frames": f, "updates": f // 10, "eval_sample_return_mean": r, "eval_sample_return_std": 0.0,
-                      "wall_s": f / 10})
+        lines.append({"frames": f, "updates": f // 10, return_key: r, "wall_s": f / 10})
     (path / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     return path
 
@@ -95,3 +94,12 @@ def test_labels_make_one_curve_per_argument_whatever_the_configs(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == "error: 1 --label for 2 RUN_DIR: give one per RUN_DIR, or none"
 
+
+
+def test_a_run_logged_before_eval_policy_existed_still_draws_its_curve(tmp_path):
+    """Runs from before eval.policy logged eval_return_mean (the mode's): an A/B against one
+    of them must not come out as a blank curve."""
+    old = load_run(fake_run(tmp_path / "old", 0, [-900, -500, -300], return_key="eval_return_mean"))
+    new = load_run(fake_run(tmp_path / "new", 0, [-800, -400, -200]))
+    assert old.eval_returns.tolist() == [-900, -500, -300] and old.eval_frames.tolist() == [100, 200, 300]
+    assert new.eval_returns.tolist() == [-800, -400, -200]
