@@ -43,7 +43,7 @@ def _checkpointed(state: dict, tmp_path) -> dict:
 
 def _record(frames: int, updates: int) -> dict:
     return {"frames": frames, "updates": updates, "loss_model": 1.5, "loss_actor": -0.25,
-            "updates_per_s": 3.0, "eval_return_mean": 7.0}
+            "updates_per_s": 3.0, "eval_sample_return_mean": 7.0, "wall_s": 1.0}
 
 
 def test_every_attempt_of_a_run_directory_logs_under_one_wandb_run_id(offline_wandb, tmp_path):
@@ -94,7 +94,7 @@ def test_rewind_cuts_metrics_and_csv_back_to_the_checkpoint_and_drops_a_torn_lin
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"frames": 500, "upd')
     logger.rewind(updates=2)
-    for name in ("loss_model", "loss_actor", "updates", "eval_return_mean"):
+    for name in ("loss_model", "loss_actor", "updates", "eval_sample_return_mean"):
         steps = [line.split(",")[0] for line in (scalars / f"{name}.csv").read_text().splitlines()]
         assert steps == ["100", "200"], name
     assert [json.loads(line)["frames"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [100, 200]
