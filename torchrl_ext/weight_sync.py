@@ -6,12 +6,16 @@ worker's acknowledgement with ``queue.get()`` and no timeout: a worker killed
 between two weight pushes (OOM killer, segfault) hangs the sender forever.
 :class:`LivenessCheckedSharedMemWeightSyncScheme` polls the acknowledgement
 queue and asks ``is_alive(worker_idx)`` between polls; a dead worker raises
-:class:`ReceiverDied` instead of blocking.
+:class:`ReceiverDied` instead of blocking. On the worker's side it stops its
+receiver thread before the worker's interpreter finalises (see
+:meth:`LivenessCheckedSharedMemWeightSyncScheme._start_background_receiver`).
 """
 
 from __future__ import annotations
 
+import atexit
 import queue
+import threading
 import time
 from typing import Callable
 
@@ -42,6 +46,23 @@ class LivenessCheckedSharedMemWeightSyncScheme(SharedMemWeightSyncScheme):
         state = dict(super().__getstate__())
         state["is_alive"] = None  # process handles stay on the sender
         return state
+
+    def _start_background_receiver(self) -> None:
+        """Upstream's daemon receiver thread, stopped and joined when the worker's interpreter
+        exits. Left running, a push that arrives as the worker closes has the thread inside a
+        torch op (the GIL released) when finalisation starts; CPython then ends the thread with
+        ``pthread_exit``, whose unwinding through torch's C++ frames aborts the worker
+        ("terminate called without an active exception")."""
+        super()._start_background_receiver()
+        atexit.register(self._stop_background_receiver)
+
+    def _stop_background_receiver(self, timeout_s: float = 5.0) -> None:
+        """Let the receiver thread finish the push it applies, then end it."""
+        stop, thread = getattr(self, "_stop_event", None), getattr(self, "_background_thread", None)
+        if stop is not None:
+            stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
 
     def _wait_for_ack(self, worker_ids=None, timeout=None) -> None:
         if self.is_alive is None or not self._ack_queues:

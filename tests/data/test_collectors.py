@@ -18,7 +18,7 @@ from dreamer.algos.v1.models import build_models
 from dreamer.config import Config, DreamerV1Config
 from dreamer.data.collectors import make_collector, publish_pending_weights, worker_policy
 from dreamer.data.replay import make_replay_buffer, write
-from dreamer.envs.factory import make_env
+from dreamer.envs.factory import close_env, make_env
 from tests.support.gpu_checks import WEIGHT_PUSH_CUDA, WEIGHT_PUSH_NEVER_WAITS, WORKER_POLICY_DEVICE
 
 # Set by the test in the parent before workers start: a forked worker would
@@ -406,3 +406,44 @@ def test_a_script_that_collected_with_workers_exits_when_done(tmp_path):
     except subprocess.TimeoutExpired as hung:
         pytest.fail(f"the script did not exit within 120 s; its output: {hung.stdout!r}")
     assert done.returncode == 0 and "collected" in done.stdout, done.stderr[-2000:]
+
+
+def slow_weight_application() -> None:
+    """A worker's ``worker_init``: applying pushed weights spends ~2 s in torch ops first (the
+    GIL released), so a push still being applied when the worker exits is certain, not a race."""
+    from torchrl.weight_update.weight_sync_schemes import WeightStrategy
+
+    apply = WeightStrategy.apply_weights
+
+    def slow(self, *args, **kwargs):
+        work, deadline = torch.randn(600, 600), time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            work @ work
+        return apply(self, *args, **kwargs)
+
+    WeightStrategy.apply_weights = slow
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_worker_applying_a_push_when_the_run_ends_exits_cleanly():
+    """The run's last weight push can reach a worker as it closes. Its receiver thread then
+    finishes applying it before the worker's interpreter exits; a daemon thread inside a torch
+    op at exit aborts the worker ("terminate called without an active exception", SIGABRT)."""
+    cfg = tiny_config()
+    cfg.compile.enabled = False
+    env = make_env(cfg.env, cfg.algo)
+    models = build_models(cfg.algo, cfg.env, env, torch.device("cpu"))
+    close_env(env)
+    collector = make_collector(
+        cfg.collector, cfg.env, cfg.algo, cfg.compile, models.policy(explore=True), seed=0,
+        workers=1, random_frames=0, learner_threads=1, worker_init=slow_weight_application,
+    )
+    try:
+        next(iter(collector))
+        collector.update_policy_weights_()
+        assert collector.weight_push._staged is None  # published at once: no push was pending
+        time.sleep(0.5)  # the worker's receiver polls every 0.1 s: it is now applying the push
+    finally:
+        collector.shutdown()
+    assert collector.procs[0].exitcode == 0
