@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import atexit
 import queue
-import threading
 import time
 from typing import Callable
 
@@ -54,15 +53,10 @@ class LivenessCheckedSharedMemWeightSyncScheme(SharedMemWeightSyncScheme):
         ``pthread_exit``, whose unwinding through torch's C++ frames aborts the worker
         ("terminate called without an active exception")."""
         super()._start_background_receiver()
-        atexit.register(self._stop_background_receiver)
-
-    def _stop_background_receiver(self, timeout_s: float = 5.0) -> None:
-        """Let the receiver thread finish the push it applies, then end it."""
-        stop, thread = getattr(self, "_stop_event", None), getattr(self, "_background_thread", None)
-        if stop is not None:
-            stop.set()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout_s)
+        # The base class's shutdown: it stops and joins the receiver thread (the push in hand
+        # finishes). Not SharedMemWeightSyncScheme's: from a worker it would send "stop" to
+        # every worker's receiver and close queues the sender still uses.
+        atexit.register(WeightSyncScheme.shutdown, self)
 
     def _wait_for_ack(self, worker_ids=None, timeout=None) -> None:
         if self.is_alive is None or not self._ack_queues:
