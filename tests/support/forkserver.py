@@ -26,6 +26,7 @@ import atexit
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -59,8 +60,11 @@ def _serve(path: str) -> None:
     import matplotlib.pyplot  # noqa: F401  every run draws its learning curve at its end
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    # The socket appears at ``path`` only once it listens (the client waits for the path, and
+    # a connect between bind and listen is refused): bound under another name, then renamed.
+    listener.bind(path + ".binding")
     listener.listen(16)
+    os.rename(path + ".binding", path)
     listener.settimeout(0.1)
     clients: dict[int, socket.socket] = {}
     while os.getppid() == parent:
@@ -297,8 +301,4 @@ class ForkServer:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
-        try:
-            os.unlink(self.path)
-            os.rmdir(self._dir)
-        except OSError:
-            pass
+        shutil.rmtree(self._dir, ignore_errors=True)  # the socket (or one still binding)
