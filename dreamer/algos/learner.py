@@ -217,6 +217,15 @@ class BaseLearner(abc.ABC):
             batch.set("belief", torch.zeros(*batch.shape, a.rssm_hidden_dim, device=self.device))  # (B, T, H)
         return batch
 
+    @staticmethod
+    def _start_states(latent: TensorDictBase) -> TensorDictBase:
+        """Every step's posterior (B, T) -> (B*T,) imagination start states, no gradient to
+        the world model (DreamerV3's ``ac_grads: False``), as both Dreamers imagine. The
+        posteriors are the rollout's ``("next", ...)`` outputs; its root ``state`` and
+        ``belief`` are each step's input: the step before's posterior or, at a sequence's
+        start and at an ``is_first``, the zeroed reset state, which no observation informs."""
+        return latent.get("next").select("state", "belief").reshape(-1).detach()
+
     @abc.abstractmethod
     def _prepare_inputs(self, batch: TensorDictBase) -> TensorDictBase:
         """(B, T) uint8 steps -> observations and actions as this world model reads them."""

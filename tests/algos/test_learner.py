@@ -429,6 +429,28 @@ def test_acting_reads_an_episodes_first_observation_from_the_belief_training_giv
     torch.testing.assert_close(acting["belief"][0], trained["next", "belief"][0, 0])
 
 
+def test_imagination_starts_from_every_replayed_steps_posterior(state_setup):
+    """Dreamer V1 imagines from the posterior of every replayed step. The rollout's root
+    state is each step's input instead: zeros at a sequence's start and at an episode's
+    first record, a latent no observation informed, whose first imagined step the prior
+    never learned for any action but the reset's zero one."""
+    cfg, env, batch = state_setup
+    learner = _learner(cfg, env)
+    batch = batch.clone()
+    batch.set(IS_FIRST, torch.zeros(batch.shape[0], 1, dtype=torch.bool))
+    batch[IS_FIRST][cfg.buffer.batch_length // 2] = True  # an episode starts inside the first sequence
+    starts = []
+    actor_loss = learner.loss_fns["actor"]
+    learner.loss_fns["actor"] = lambda td: starts.append(td.clone()) or actor_loss(td)
+    learner.update(batch)
+    (start,) = starts
+    steps = cfg.buffer.batch_size * cfg.buffer.batch_length
+    assert start.batch_size == (steps,)
+    for key in ("state", "belief"):
+        informed = start[key].abs().sum(-1) > 0
+        assert informed.all(), f"{int((~informed).sum())} of {steps} imagination starts have a zero {key}"
+
+
 def test_discrete_policy_emits_one_hot_env_actions():
     cfg, env, _ = _setup(pixels=True, backend="atari", name="Pong", action_repeat=4)
     try:

@@ -163,12 +163,6 @@ class DreamerV3Learner(BaseLearner):
         batch.set("action", self.models.to_unit_actions(batch.get("action").float()))
         return batch
 
-    @staticmethod
-    def _start_states(latent: TensorDictBase) -> TensorDictBase:
-        """Every posterior (B, T) -> (B*T,) imagination start states, no gradient to the
-        world model (the reference's ``ac_grads: False``)."""
-        return latent.get("next").select("state", "belief").reshape(-1).detach()
-
     # -- compile --------------------------------------------------------------
     def compile_losses(self, compile_fn) -> None:
         """The losses, and one RSSM step of the world model (compile.rssm_step):
