@@ -170,7 +170,7 @@ class Ours:
         learner = self.learner
         with torch.no_grad():
             _, latent = learner.world_model_loss(learner.prepare(self.replay.sample()))
-        latent = learner._start_states(latent)
+        latent = learner.imagination_starts(latent)
         actor = learner.loss_fns["actor"] if compiled else learner.actor_loss
         value = learner.loss_fns["value"] if compiled else learner.value_loss
 

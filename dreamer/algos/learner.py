@@ -218,7 +218,7 @@ class BaseLearner(abc.ABC):
         return batch
 
     @staticmethod
-    def _start_states(latent: TensorDictBase) -> TensorDictBase:
+    def imagination_starts(latent: TensorDictBase) -> TensorDictBase:
         """Every step's posterior (B, T) -> (B*T,) imagination start states, no gradient to
         the world model (DreamerV3's ``ac_grads: False``), as both Dreamers imagine. The
         posteriors are the rollout's ``("next", ...)`` outputs; its root ``state`` and

@@ -369,7 +369,7 @@ def test_imagination_records_autograd_only_for_a_pathwise_actor_gradient(state_s
     env_.rollout_gradients = actor_grad == "dynamics"
     torch.manual_seed(5)
     with torch.enable_grad():
-        td = learner._start_states(latent)
+        td = learner.imagination_starts(latent)
         traj = env_.rollout(3, learner.models.actor, auto_reset=False, tensordict=env_.reset(td.copy()))
     assert traj.get(("next", "state")).requires_grad is (actor_grad == "dynamics")
 

@@ -114,7 +114,7 @@ class DreamerV1Learner(BaseLearner):
         return PhaseOut({k: wm_td[k].squeeze() for k in names}, {}, latent)
 
     def _actor_phase(self, latent: TensorDictBase) -> PhaseOut:
-        actor_td, imagined = self.loss_fns["actor"](self._start_states(latent))
+        actor_td, imagined = self.loss_fns["actor"](self.imagination_starts(latent))
         return PhaseOut({"loss_actor": actor_td["loss_actor"].squeeze()}, {}, imagined)
 
     def _value_phase(self, batch: TensorDictBase, latent: TensorDictBase, imagined: TensorDictBase) -> PhaseOut:

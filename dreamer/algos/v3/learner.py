@@ -184,7 +184,7 @@ class DreamerV3Learner(BaseLearner):
         return PhaseOut({k: wm_td[k].squeeze() for k in WORLD_MODEL_LOSSES}, {}, latent)
 
     def _actor_phase(self, latent: TensorDictBase) -> PhaseOut:
-        actor_td, imagined = self.loss_fns["actor"](self._start_states(latent))
+        actor_td, imagined = self.loss_fns["actor"](self.imagination_starts(latent))
         metrics = {"actor_entropy": actor_td["actor_entropy"], "return_scale": actor_td["return_scale"]}
         return PhaseOut({"loss_actor": actor_td["loss_actor"]}, metrics, imagined)
 
