@@ -112,6 +112,10 @@ def make_collector(
         policy_device=torch.device(c.device),
         env_device=torch.device("cpu"),
         storing_device=torch.device("cpu"),
+        # Our envs count steps (an episode starts at step_count 0) and the policy carries its own recurrent
+        # state: the env is stepped as built (torchrl 0.15 would append an InitTracker and
+        # primers by default; 0.14 warns that it would).
+        auto_register_policy_transforms=False,
     )
     if workers == 0:
         return Collector(factories[0], frames_per_batch=c.frames_per_batch, **common)

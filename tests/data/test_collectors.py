@@ -54,6 +54,28 @@ def tiny_config() -> Config:
     return cfg
 
 
+def test_the_collector_steps_the_env_as_built_whatever_torchrls_transform_default():
+    """Our envs count steps (an episode starts at ``step_count`` 0) and the policy keeps its own carry:
+    the collector appends nothing (torchrl 0.15 flips its default to append an InitTracker and
+    recurrent-state primers; today it warns that it would)."""
+    import warnings
+
+    cfg = tiny_config()
+    cfg.compile.enabled = False
+    env = make_env(cfg.env, cfg.algo)
+    models = build_models(cfg.algo, cfg.env, env, torch.device("cpu"))
+    close_env(env)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        collector = make_collector(cfg.collector, cfg.env, cfg.algo, cfg.compile, models.policy(explore=True),
+                                   seed=cfg.seed, workers=0, random_frames=0, learner_threads=1)
+    try:
+        batch = next(iter(collector))
+    finally:
+        collector.shutdown()
+    assert "step_count" in batch.keys() and "is_init" not in batch.keys(include_nested=True)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_workers_hold_no_dynamo_state_while_the_learner_compiles():
