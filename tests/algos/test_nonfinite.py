@@ -139,7 +139,9 @@ def _running_averages(learner) -> list[torch.Tensor]:
     """The slow critic's weights (V3; V1 with slow_value_tau) and the return percentiles (V3)."""
     if hasattr(learner, "slow_critic"):  # V3
         slow = list(learner.value_loss.target_value_model_params.values(True, True))
-        return [t.detach().clone() for t in slow + learner._statistics()]
+        percentiles = learner._statistics()  # what a checkpoint saves of the return norm, every entry
+        assert len(percentiles) == len(learner.actor_loss.retnorm.state_dict()) > 0
+        return [t.detach().clone() for t in slow + percentiles]
     return [p.detach().clone() for p in learner.slow_value.parameters()]
 
 

@@ -117,6 +117,8 @@ class DreamerV3Learner(BaseLearner):
         # the GPU (a host sync) in every update.
         self.actor_loss.make_value_estimator(ValueEstimators.TDLambda, gamma=a.gamma, lmbda=a.lmbda)
         self.actor_loss.to(device)
+        # The running statistics an update skipped as non-finite puts back (_statistics).
+        self._return_norm_names = tuple(self.actor_loss.retnorm.state_dict(keep_vars=True))
         self.value_loss = SyncFreeDreamerV3ValueLoss(
             models.value, value_loss="two_hot", num_value_bins=a.num_bins,
             actor_loss=self.actor_loss, slow_critic_regularization=a.slow_critic_reg,
@@ -173,10 +175,10 @@ class DreamerV3Learner(BaseLearner):
             self.models.rollout.compile_rollout("step", **rssm_step_compile_kwargs(cc))
 
     def _statistics(self) -> list[torch.Tensor]:
-        # The buffers ``state_dict`` saves, without calling it: torch 2.11's dynamo
-        # cannot trace ``state_dict`` (it sets ``_metadata`` on an OrderedDict).
-        norm = self.actor_loss.retnorm
-        return [b for name, b in norm.named_buffers() if name not in norm._non_persistent_buffers_set]
+        # The buffers ``state_dict`` saves, by the names read from it at construction: torch
+        # 2.11's dynamo cannot trace ``state_dict`` (it sets ``_metadata`` on an OrderedDict).
+        buffers = dict(self.actor_loss.retnorm.named_buffers())
+        return [buffers[name] for name in self._return_norm_names]
 
     # -- the phases -------------------------------------------------------------
     def _world_model_phase(self, batch: TensorDictBase) -> PhaseOut:
