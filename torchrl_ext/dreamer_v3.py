@@ -29,6 +29,7 @@ target parameters (made once, when the loss is built or moved).
 from __future__ import annotations
 
 import copy
+import warnings
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -205,7 +206,11 @@ class SyncFreeDreamerV3ValueLoss(DreamerV3ValueLoss):
         slow = None
         if self.slow_critic_regularization:
             slow = copy.deepcopy(self.value_model)
-            self.target_value_model_params.to_module(slow)  # shares the targets' storage
+            with warnings.catch_warnings():
+                # Read while the loss is built: its updater (a SoftUpdate) can only be made after.
+                warnings.filterwarnings("ignore", message="No target network updater")
+                targets = self.target_value_model_params
+            targets.to_module(slow)  # shares the targets' storage
             slow.requires_grad_(False)
         self.__dict__["_slow_value_model"] = slow  # not a submodule: the targets are its state
 

@@ -8,7 +8,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torchrl.modules import DreamerV3MLP, SymExpTwoHot
-from torchrl.objectives import DreamerV3ValueLoss
+from torchrl.objectives import DreamerV3ValueLoss, SoftUpdate
 
 from tests.support.spies import CallCounter, spy_tensor_methods
 from torchrl_ext import SyncFreeDreamerV3ValueLoss, replay_lambda_returns
@@ -48,7 +48,10 @@ def _loss(cls, slow_reg: float):
     model = _value_model(0)
     # The same weights on both sides whatever else drew from the global RNG meanwhile.
     model.load_state_dict(_SAME_WEIGHTS)
-    return cls(model, value_loss="two_hot", num_value_bins=BINS, slow_critic_regularization=slow_reg)
+    loss = cls(model, value_loss="two_hot", num_value_bins=BINS, slow_critic_regularization=slow_reg)
+    if slow_reg:
+        SoftUpdate(loss, tau=0.02)  # as a trainer pairs them: the slow critic has its updater
+    return loss
 
 
 _SAME_WEIGHTS = _value_model(0).state_dict()
